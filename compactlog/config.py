@@ -1,0 +1,141 @@
+"""Log configuration: names, defaults, validation, merging with the stored config.
+
+Names follow Kafka's topic configs in snake_case, plus JLog's ``precommit_bytes`` and workq's
+sync policies. The config given when a log is created is stored in its ``meta`` file; config
+passed on a later open is merged into the stored one and persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigError
+
+KIB = 1024
+MIB = 1024 * KIB
+DAY_MS = 86_400_000
+
+CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
+COMPRESSIONS = ("none", "zstd")
+SYNC_POLICIES = ("always", "interval", "os")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Every setting of one log. ``None`` means "no limit" where a limit is optional."""
+
+    segment_bytes: int = 64 * MIB
+    segment_ms: int | None = 7 * DAY_MS
+    index_interval_bytes: int = 4 * KIB
+    max_record_bytes: int = 8 * MIB
+    cleanup_policy: str = "compact"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+    delete_retention_ms: int = DAY_MS
+    retention_ms: int | None = 7 * DAY_MS
+    retention_bytes: int | None = None
+    compression: str = "none"
+    compression_level: int = 3
+    sync: str = "interval"
+    sync_interval_ms: int = 1000
+    precommit_bytes: int = 0
+    cleaner_buffer_bytes: int = 32 * MIB
+    cleaner_io_bytes_per_second: int | None = None
+    min_free_bytes: int = 16 * MIB
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def deletes_by_retention(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def deletes_when_consumed(self) -> bool:
+        return self.cleanup_policy == "consumed"
+
+    # -- construction --------------------------------------------------------------------
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> LogConfig:
+        return cls().merged(values)
+
+    def merged(self, changes: Mapping[str, Any]) -> LogConfig:
+        """A copy with ``changes`` applied, validated as a whole."""
+        unknown = sorted(set(changes) - set(self.names()))
+        if unknown:
+            raise ConfigError(
+                f"unknown config name(s) {', '.join(unknown)}; known: {', '.join(self.names())}"
+            )
+        config = replace(self, **dict(changes))
+        config.validate()
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # -- validation ----------------------------------------------------------------------
+    def validate(self) -> None:
+        _int("segment_bytes", self.segment_bytes, minimum=KIB)
+        _int("segment_ms", self.segment_ms, minimum=1, optional=True)
+        _int("index_interval_bytes", self.index_interval_bytes, minimum=1)
+        _int("max_record_bytes", self.max_record_bytes, minimum=1, maximum=1 << 30)
+        _choice("cleanup_policy", self.cleanup_policy, CLEANUP_POLICIES)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise ConfigError(
+                f"min_cleanable_dirty_ratio must be a number in [0, 1], not {ratio!r}"
+            )
+        _int("min_compaction_lag_ms", self.min_compaction_lag_ms, minimum=0)
+        _int("max_compaction_lag_ms", self.max_compaction_lag_ms, minimum=0, optional=True)
+        _int("delete_retention_ms", self.delete_retention_ms, minimum=0)
+        _int("retention_ms", self.retention_ms, minimum=0, optional=True)
+        _int("retention_bytes", self.retention_bytes, minimum=0, optional=True)
+        _choice("compression", self.compression, COMPRESSIONS)
+        _int("compression_level", self.compression_level, minimum=-7, maximum=22)
+        _choice("sync", self.sync, SYNC_POLICIES)
+        _int("sync_interval_ms", self.sync_interval_ms, minimum=1)
+        _int("precommit_bytes", self.precommit_bytes, minimum=0, maximum=1 << 30)
+        if 0 < self.precommit_bytes < 4 * KIB:
+            raise ConfigError(
+                f"precommit_bytes must be 0 or at least 4096, not {self.precommit_bytes}"
+            )
+        _int("cleaner_buffer_bytes", self.cleaner_buffer_bytes, minimum=4 * KIB)
+        _int(
+            "cleaner_io_bytes_per_second",
+            self.cleaner_io_bytes_per_second,
+            minimum=1,
+            optional=True,
+        )
+        _int("min_free_bytes", self.min_free_bytes, minimum=0)
+        if (
+            self.max_compaction_lag_ms is not None
+            and self.max_compaction_lag_ms < self.min_compaction_lag_ms
+        ):
+            raise ConfigError("max_compaction_lag_ms must not be below min_compaction_lag_ms")
+
+
+def _int(
+    name: str, value: Any, *, minimum: int, maximum: int | None = None, optional: bool = False
+) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an integer or None" if optional else "an integer"
+        raise ConfigError(f"{name} must be {kind}, not {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ConfigError(f"{name} must be at least {minimum}{upper}, not {value}")
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")

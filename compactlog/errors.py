@@ -1,0 +1,73 @@
+"""The library's exception tree.
+
+Every error the library raises on purpose is a :class:`CompactLogError`. Subclasses carry the
+path (and, for corruption, the byte position) so that an operator can act on the message
+alone. ``OSError`` is converted at the public boundary only; inside, it propagates.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class CompactLogError(Exception):
+    """Base of every error compactlog raises on purpose."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = os.fspath(path) if path is not None else None
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class ConfigError(CompactLogError, ValueError):
+    """An unknown configuration name or an impossible value."""
+
+
+class InvalidRecordError(CompactLogError, TypeError):
+    """A record of the wrong type or shape (str key, int value, None key when compacting)."""
+
+
+class RecordTooLargeError(CompactLogError, ValueError):
+    """A record larger than ``max_record_bytes``."""
+
+
+class NotALogError(CompactLogError):
+    """The directory (or a file in it) is not a compactlog log, or is of a newer format."""
+
+
+class CorruptLogError(CompactLogError):
+    """Bytes that fail validation somewhere other than a torn tail.
+
+    ``position`` is the byte offset in ``path`` where the bad data starts.
+    """
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str], position: int) -> None:
+        self.position = position
+        super().__init__(f"at byte {position}: {message}", path=path)
+
+
+class MissingSegmentError(CorruptLogError):
+    """A segment file that the log needs is gone (offsets would have a hole)."""
+
+
+class LogClosedError(CompactLogError):
+    """An operation on a closed log or subscriber."""
+
+
+class ReadOnlyLogError(CompactLogError):
+    """A write on a log opened with ``read_only=True``."""
+
+
+class LogLockedError(CompactLogError):
+    """A lock that another process holds (a second cleaner, an exclusive operation)."""
+
+
+class WriteRefusedError(CompactLogError):
+    """Self-protection: appends refused because the disk is (nearly) full or a write failed.
+
+    The log stays readable and nothing stored is damaged; appends resume once the cause is
+    gone (free space back above ``min_free_bytes``).
+    """
+
+
+class SubscriberError(CompactLogError, ValueError):
+    """An invalid subscriber name or an unknown subscriber."""

@@ -1,0 +1,150 @@
+"""Every file name in a log directory, and the one parser of them.
+
+Recovery, retention, the cleaner and the CLI all classify directory entries with
+:func:`parse_filename`; nothing else in the project builds or parses these names.
+
+======================  ===========================================================
+``<20 digits>.log``     segment; the digits are the segment's base offset
+``<20 digits>.idx``     sparse offset index of that segment (a rebuildable cache)
+``<name>.rw``           a rewrite in progress: never trusted, removed on open
+``meta``                format version, config, log start offset (atomic JSON)
+``cp.<hex(name)>``      checkpoint of one durable subscriber
+``cp.h.<sha256 hex>``   checkpoint of a subscriber whose hex name would exceed 255 bytes
+``cleaner.checkpoint``  the cleaner point (first dirty offset) and tombstone clock
+``pre_commit``          JLog-style precommit buffer (mmap'ed)
+``.lock``               writers' advisory lock, also holding the shared head state
+``.cleaner.lock``       held by the one process cleaning the log
+``clean_shutdown``      present only between a clean close and the next open
+``*.tmp``               a small-file write in progress: removed on open
+======================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+OFFSET_DIGITS = 20
+SEGMENT_SUFFIX = ".log"
+INDEX_SUFFIX = ".idx"
+REWRITE_SUFFIX = ".rw"
+TEMP_SUFFIX = ".tmp"
+META = "meta"
+CLEANER_CHECKPOINT = "cleaner.checkpoint"
+PRECOMMIT = "pre_commit"
+WRITER_LOCK = ".lock"
+CLEANER_LOCK = ".cleaner.lock"
+CLEAN_SHUTDOWN = "clean_shutdown"
+QUARANTINE_SUFFIX = ".quarantine"
+CHECKPOINT_PREFIX = "cp."
+HASHED_CHECKPOINT_PREFIX = "cp.h."
+MAX_FILENAME_BYTES = 255
+
+
+class FileKind(Enum):
+    SEGMENT = "segment"
+    INDEX = "index"
+    REWRITE = "rewrite"
+    TEMP = "temp"
+    META = "meta"
+    CHECKPOINT = "checkpoint"
+    CLEANER_CHECKPOINT = "cleaner_checkpoint"
+    PRECOMMIT = "precommit"
+    LOCK = "lock"
+    CLEAN_SHUTDOWN = "clean_shutdown"
+    QUARANTINE = "quarantine"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedName:
+    kind: FileKind
+    base_offset: int | None = None  # segments, indexes and their rewrites
+
+
+_FIXED = {
+    META: FileKind.META,
+    CLEANER_CHECKPOINT: FileKind.CLEANER_CHECKPOINT,
+    PRECOMMIT: FileKind.PRECOMMIT,
+    WRITER_LOCK: FileKind.LOCK,
+    CLEANER_LOCK: FileKind.LOCK,
+    CLEAN_SHUTDOWN: FileKind.CLEAN_SHUTDOWN,
+}
+
+
+def _offset_stem(stem: str) -> int | None:
+    if len(stem) == OFFSET_DIGITS and stem.isdigit() and stem.isascii():
+        return int(stem)
+    return None
+
+
+def parse_filename(name: str) -> ParsedName:
+    """Classify one directory entry of a log."""
+    if name in _FIXED:
+        return ParsedName(_FIXED[name])
+    if name.endswith(TEMP_SUFFIX):
+        return ParsedName(FileKind.TEMP)
+    if name.endswith(QUARANTINE_SUFFIX):
+        return ParsedName(FileKind.QUARANTINE)
+    if name.endswith(REWRITE_SUFFIX):
+        return ParsedName(FileKind.REWRITE, _offset_stem(name.split(".", 1)[0]))
+    if name.startswith(CHECKPOINT_PREFIX):
+        return ParsedName(FileKind.CHECKPOINT)
+    stem, dot, suffix = name.rpartition(".")
+    if dot:
+        base = _offset_stem(stem)
+        if base is not None and "." + suffix == SEGMENT_SUFFIX:
+            return ParsedName(FileKind.SEGMENT, base)
+        if base is not None and "." + suffix == INDEX_SUFFIX:
+            return ParsedName(FileKind.INDEX, base)
+    return ParsedName(FileKind.UNKNOWN)
+
+
+def offset_stem(base_offset: int) -> str:
+    return str(base_offset).zfill(OFFSET_DIGITS)
+
+
+def segment_name(base_offset: int) -> str:
+    return offset_stem(base_offset) + SEGMENT_SUFFIX
+
+
+def index_name(base_offset: int) -> str:
+    return offset_stem(base_offset) + INDEX_SUFFIX
+
+
+def rewrite_name(name: str) -> str:
+    """The ``.rw`` twin of a segment or index file name."""
+    return name + REWRITE_SUFFIX
+
+
+def quarantine_name(name: str, position: int) -> str:
+    return f"{name}.{position}{QUARANTINE_SUFFIX}"
+
+
+def checkpoint_name(subscriber: str) -> str:
+    """``cp.<hex of the UTF-8 name>`` (JLog), or ``cp.h.<sha256>`` when that is too long.
+
+    Hex never contains a dot, so the two forms cannot collide.
+    """
+    encoded = subscriber.encode("utf-8")
+    name = CHECKPOINT_PREFIX + encoded.hex()
+    if len(name) <= MAX_FILENAME_BYTES:
+        return name
+    return HASHED_CHECKPOINT_PREFIX + hashlib.sha256(encoded).hexdigest()
+
+
+def subscriber_from_checkpoint_name(name: str) -> str | None:
+    """The subscriber name encoded in a ``cp.<hex>`` file name (hashed names: ``None``;
+    their checkpoint file stores the name itself)."""
+    if name.startswith(HASHED_CHECKPOINT_PREFIX):
+        return None
+    try:
+        return bytes.fromhex(name[len(CHECKPOINT_PREFIX) :]).decode("utf-8")
+    except ValueError:
+        return None
+
+
+def join(directory: str, name: str) -> str:
+    return os.path.join(directory, name)

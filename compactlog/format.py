@@ -1,0 +1,645 @@
+"""The on-disk byte grammar: the single source of truth for every file layout.
+
+All integers are little-endian. ``docs/format.md`` repeats this grammar with an example.
+FORMAT_VERSION is stored in ``meta`` and in every segment and index file header; a newer
+version is refused, never guessed at.
+
+Segment file ``<base>.log``::
+
+    segment    := file_header batch*
+    file_header:= magic "CLOGSEG\\0" (8) | version u16 | flags u16 | reserved u32   (16 bytes)
+    batch      := batch_header body
+    batch_header (48 bytes):
+        length       u32   whole batch, header included
+        crc          u32   crc32c of the body, continued over header bytes [8, 48)
+        magic        u8    BATCH_MAGIC (1)
+        codec        u8    0 none, 1 zstd (the body is compressed as a whole)
+        flags        u16   bit0 headers column present, bit1 offsets contiguous (no delta
+                           column), bit2 one timestamp for all records (no timestamp column)
+        base_offset  i64   offset of the batch's first offset (kept when records are removed)
+        count        u32   records stored in the batch
+        last_delta   u32   last offset the batch was written with, minus base_offset
+        first_ts     i64   timestamp of the first record (ms since epoch)
+        max_ts       i64   largest record timestamp
+        body_length  u32   length of the body before compression
+    body (columnar, after decompression):
+        timestamps     i64[count]   unless flag bit2
+        offset_deltas  u32[count]   unless flag bit1
+        key_lengths    i32[count]   -1 = no key
+        value_lengths  i32[count]   -1 = tombstone
+        header_lengths i32[count]   only with flag bit0; 0 = no headers
+        keys blob | values blob | headers blob
+    headers of one record := count u16 (name_len u16 name value_len u32 value)*
+
+Index file ``<base>.idx`` (sparse, a rebuildable cache)::
+
+    file_header (magic "CLOGIDX\\0") entry*
+    entry := relative_offset u32 | position u32       (8 bytes)
+
+Precommit file ``pre_commit``: file_header (magic "CLOGPRE\\0") then entries::
+
+    entry := length u32 | crc u32 (crc32c of [8, length)) | offset i64 | timestamp i64
+             | key_length i32 | value_length i32 | header_length i32 | key value headers
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import crc32c as _crc32c
+import numpy as np
+import zstandard
+
+FORMAT_VERSION = 1
+BATCH_MAGIC = 1
+
+SEGMENT_MAGIC = b"CLOGSEG\0"
+INDEX_MAGIC = b"CLOGIDX\0"
+PRECOMMIT_MAGIC = b"CLOGPRE\0"
+
+FILE_HEADER = struct.Struct("<8sHHI")
+BATCH_HEADER = struct.Struct("<IIBBHqIIqqI")
+INDEX_ENTRY = struct.Struct("<II")
+PRECOMMIT_ENTRY = struct.Struct("<IIqqiii")
+assert FILE_HEADER.size == 16
+assert BATCH_HEADER.size == 48
+assert INDEX_ENTRY.size == 8
+assert PRECOMMIT_ENTRY.size == 36
+
+CODEC_NONE = 0
+CODEC_ZSTD = 1
+CODECS = {"none": CODEC_NONE, "zstd": CODEC_ZSTD}
+
+FLAG_HEADERS = 1
+FLAG_CONTIGUOUS = 2
+FLAG_SINGLE_TIMESTAMP = 4
+KNOWN_FLAGS = FLAG_HEADERS | FLAG_CONTIGUOUS | FLAG_SINGLE_TIMESTAMP
+
+CRC_START = 8  # the CRC covers everything after the length and crc fields
+MAX_BATCH_BYTES = (1 << 32) - 1
+
+crc32c = _crc32c.crc32c
+
+
+# -- file headers ------------------------------------------------------------------------
+
+
+def file_header(magic: bytes) -> bytes:
+    return FILE_HEADER.pack(magic, FORMAT_VERSION, 0, 0)
+
+
+SEGMENT_FILE_HEADER = file_header(SEGMENT_MAGIC)
+INDEX_FILE_HEADER = file_header(INDEX_MAGIC)
+PRECOMMIT_FILE_HEADER = file_header(PRECOMMIT_MAGIC)
+
+
+def check_file_header(data: bytes, magic: bytes) -> str | None:
+    """Why ``data`` is not a valid header with ``magic`` (``None`` when it is)."""
+    if len(data) < FILE_HEADER.size:
+        return f"file header is {len(data)} bytes, expected {FILE_HEADER.size}"
+    found, version, _flags, _reserved = FILE_HEADER.unpack_from(data)
+    if found != magic:
+        return f"not a compactlog file (magic {found!r}, expected {magic!r})"
+    if version > FORMAT_VERSION:
+        return f"format version {version} is newer than this compactlog supports ({FORMAT_VERSION})"
+    return None
+
+
+# -- records -----------------------------------------------------------------------------
+
+
+class Record(NamedTuple):
+    """One record as a user sees it. ``value is None`` marks a tombstone."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Mapping[str, bytes] | None = None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+def encode_headers(headers: Mapping[str, bytes]) -> bytes:
+    parts = [struct.pack("<H", len(headers))]
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"header {name!r} value must be bytes, not {type(value).__name__}")
+        raw_name = name.encode("utf-8")
+        parts.append(struct.pack("<H", len(raw_name)))
+        parts.append(raw_name)
+        parts.append(struct.pack("<I", len(value)))
+        parts.append(bytes(value))
+    return b"".join(parts)
+
+
+def decode_headers(data: bytes) -> dict[str, bytes]:
+    (count,) = struct.unpack_from("<H", data, 0)
+    pos = 2
+    headers: dict[str, bytes] = {}
+    for _ in range(count):
+        (name_len,) = struct.unpack_from("<H", data, pos)
+        pos += 2
+        name = data[pos : pos + name_len].decode("utf-8")
+        pos += name_len
+        (value_len,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        headers[name] = bytes(data[pos : pos + value_len])
+        pos += value_len
+    if pos != len(data):
+        raise ValueError("header block length does not match its contents")
+    return headers
+
+
+# -- batch encoding ----------------------------------------------------------------------
+
+_compressors = threading.local()
+
+
+def _zstd_compress(data: bytes, level: int) -> bytes:
+    compressors = getattr(_compressors, "by_level", None)
+    if compressors is None:
+        compressors = _compressors.by_level = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
+    return compressor.compress(data)
+
+
+def _zstd_decompress(data: bytes | memoryview, size: int) -> bytes:
+    decompressor = getattr(_compressors, "decompressor", None)
+    if decompressor is None:
+        decompressor = _compressors.decompressor = zstandard.ZstdDecompressor()
+    return decompressor.decompress(data, max_output_size=size)
+
+
+def _lengths(items: Sequence[bytes | None], count: int) -> np.ndarray:
+    return np.fromiter(map(len, items), dtype=np.int32, count=count)
+
+
+def _lengths_with_none(items: Sequence[Any], count: int) -> np.ndarray:
+    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int32, count=count)
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """A batch body encoded (and compressed) without knowing its base offset yet.
+
+    Writers encode outside their lock and only call :meth:`header` under it, once the base
+    offset is known. The CRC is computed over the body first and continued over header
+    bytes [8, 48), so the body's share is computed here, outside any lock.
+    """
+
+    body: bytes
+    body_crc: int
+    body_length: int
+    count: int
+    last_delta: int
+    first_ts: int
+    max_ts: int
+    flags: int
+    codec: int
+    largest_record: int = 0
+
+    @property
+    def size(self) -> int:
+        return BATCH_HEADER.size + len(self.body)
+
+    def header(self, base_offset: int) -> bytes:
+        packed = BATCH_HEADER.pack(
+            self.size,
+            0,
+            BATCH_MAGIC,
+            self.codec,
+            self.flags,
+            base_offset,
+            self.count,
+            self.last_delta,
+            self.first_ts,
+            self.max_ts,
+            self.body_length,
+        )
+        crc = crc32c(memoryview(packed)[CRC_START:], self.body_crc)
+        return struct.pack("<II", self.size, crc) + packed[CRC_START:]
+
+    def to_bytes(self, base_offset: int) -> bytes:
+        return self.header(base_offset) + self.body
+
+
+def encode_batch(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: int | Sequence[int],
+    *,
+    headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    offset_deltas: np.ndarray | None = None,
+    last_delta: int | None = None,
+    codec: int = CODEC_NONE,
+    level: int = 3,
+    allow_none_keys: bool = True,
+) -> EncodedBatch:
+    """Encode one batch body. Keys and values must already be bytes-like or ``None``.
+
+    ``timestamps`` is one int shared by all records (the common case: no column stored) or
+    one per record. ``offset_deltas`` is given only when rewriting a batch that lost
+    records; fresh batches have contiguous offsets and store no delta column.
+    """
+    count = len(keys)
+    flags = 0
+    columns: list[bytes] = []
+    if isinstance(timestamps, int):
+        flags |= FLAG_SINGLE_TIMESTAMP
+        first_ts = max_ts = timestamps
+    else:
+        ts = np.asarray(timestamps, dtype=np.int64)
+        first_ts = int(ts[0]) if count else 0
+        max_ts = int(ts.max()) if count else 0
+        if count and (ts == first_ts).all():
+            flags |= FLAG_SINGLE_TIMESTAMP
+        else:
+            columns.append(ts.tobytes())
+    if offset_deltas is None:
+        flags |= FLAG_CONTIGUOUS
+        last = count - 1 if last_delta is None else last_delta
+    else:
+        deltas = np.asarray(offset_deltas, dtype=np.uint32)
+        last = int(deltas[-1]) if last_delta is None else last_delta
+        if count and deltas[0] == 0 and deltas[-1] == count - 1 and last == count - 1:
+            flags |= FLAG_CONTIGUOUS
+        else:
+            columns.append(deltas.tobytes())
+    try:
+        key_blob = b"".join(keys)  # type: ignore[arg-type]
+        key_lengths = _lengths(keys, count)
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        key_blob = b"".join([k for k in keys if k is not None])
+        key_lengths = _lengths_with_none(keys, count)
+    try:
+        value_blob = b"".join(values)  # type: ignore[arg-type]
+        value_lengths = _lengths(values, count)
+    except TypeError:
+        validate_column(values, "value", allow_none=True)
+        value_blob = b"".join([v for v in values if v is not None])
+        value_lengths = _lengths_with_none(values, count)
+    largest = int((np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).max()) if count else 0
+    columns.append(key_lengths.tobytes())
+    columns.append(value_lengths.tobytes())
+    header_blob = b""
+    if headers is not None and any(headers):
+        flags |= FLAG_HEADERS
+        encoded = [encode_headers(h) if h else b"" for h in headers]
+        columns.append(np.fromiter(map(len, encoded), dtype=np.int32, count=count).tobytes())
+        header_blob = b"".join(encoded)
+    columns.append(key_blob)
+    columns.append(value_blob)
+    columns.append(header_blob)
+    body = b"".join(columns)
+    body_length = len(body)
+    if codec == CODEC_ZSTD:
+        body = _zstd_compress(body, level)
+    if BATCH_HEADER.size + len(body) > MAX_BATCH_BYTES:
+        raise ValueError(f"batch of {len(body)} bytes exceeds the format limit")
+    return EncodedBatch(
+        body, crc32c(body), body_length, count, last, first_ts, max_ts, flags, codec, largest
+    )
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def validate_column(items: Sequence[Any], what: str, *, allow_none: bool) -> None:
+    """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None)."""
+    from .errors import InvalidRecordError
+
+    for index, item in enumerate(items):
+        if item is None:
+            if not allow_none:
+                raise InvalidRecordError(
+                    f"record {index}: a {what} of None is not allowed on a compacted log "
+                    "(every record needs a key)"
+                )
+        elif not isinstance(item, _BYTES_LIKE):
+            raise InvalidRecordError(
+                f"record {index}: {what} must be bytes{' or None' if allow_none else ''}, "
+                f"not {type(item).__name__}"
+            )
+
+
+# -- batch decoding ----------------------------------------------------------------------
+
+
+class BatchHeader(NamedTuple):
+    length: int
+    crc: int
+    magic: int
+    codec: int
+    flags: int
+    base_offset: int
+    count: int
+    last_delta: int
+    first_ts: int
+    max_ts: int
+    body_length: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_delta + 1
+
+
+def read_batch_header(
+    buf: bytes | memoryview, pos: int, end: int
+) -> tuple[BatchHeader | None, str]:
+    """Parse and sanity-check a batch header at ``pos``; the CRC is not checked here.
+
+    Returns ``(header, "")`` or ``(None, reason)``; a reason starting with ``"incomplete"``
+    means the bytes simply end too early (a torn or in-progress write).
+    """
+    if end - pos < BATCH_HEADER.size:
+        return None, f"incomplete batch header ({end - pos} bytes)"
+    header = BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
+    if header.length < BATCH_HEADER.size:
+        return None, f"bad batch length {header.length}"
+    if header.magic != BATCH_MAGIC:
+        return None, f"unknown batch magic {header.magic}"
+    if header.codec not in (CODEC_NONE, CODEC_ZSTD):
+        return None, f"unknown codec {header.codec}"
+    if header.flags & ~KNOWN_FLAGS:
+        return None, f"unknown batch flags {header.flags:#x}"
+    if header.count > header.last_delta + 1:
+        return None, f"batch claims {header.count} records in {header.last_delta + 1} offsets"
+    if pos + header.length > end:
+        return None, f"incomplete batch ({end - pos} of {header.length} bytes present)"
+    return header, ""
+
+
+def check_batch(buf: bytes | memoryview, pos: int, end: int) -> tuple[BatchHeader | None, str]:
+    """Header checks plus the CRC: is there a whole, valid batch at ``pos``?"""
+    header, reason = read_batch_header(buf, pos, end)
+    if header is None:
+        return None, reason
+    view = memoryview(buf)
+    body_crc = crc32c(view[pos + BATCH_HEADER.size : pos + header.length])
+    if crc32c(view[pos + CRC_START : pos + BATCH_HEADER.size], body_crc) != header.crc:
+        return None, "batch CRC mismatch"
+    return header, ""
+
+
+def find_next_valid_batch(buf: bytes | memoryview, start: int, end: int) -> int | None:
+    """Position of the first whole, valid batch after ``start`` (a resynchronising scan).
+
+    Used to tell a torn tail (nothing valid follows) from corruption (valid data follows).
+    """
+    data = np.frombuffer(buf, dtype=np.uint8, count=end, offset=0)
+    candidates = np.flatnonzero(data[start + 9 : end] == BATCH_MAGIC)
+    for index in candidates:
+        pos = start + 1 + int(index)
+        header, _ = check_batch(buf, pos, end)
+        if header is not None and header.count > 0:
+            return pos
+    return None
+
+
+@dataclass(slots=True)
+class RecordBatch:
+    """A decoded batch in columnar form: numpy columns and byte blobs, no per-record objects.
+
+    ``offsets``, ``timestamps``, ``key_lengths`` and ``value_lengths`` are numpy arrays;
+    ``keys_blob``/``values_blob`` hold the concatenated bytes (a key of length -1 is absent,
+    a value of length -1 is a tombstone). ``position`` is the batch's byte position in its
+    segment file.
+    """
+
+    header: BatchHeader
+    position: int
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    keys_blob: bytes | memoryview
+    values_blob: bytes | memoryview
+    header_lengths: np.ndarray | None = None
+    headers_blob: bytes | memoryview | None = None
+
+    def __len__(self) -> int:
+        return self.header.count
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self.header.length
+
+    @staticmethod
+    def _bounds(lengths: np.ndarray) -> tuple[list[int], list[int]]:
+        ends = np.cumsum(np.maximum(lengths, 0), dtype=np.int64)
+        starts = ends - np.maximum(lengths, 0)
+        return starts.tolist(), ends.tolist()
+
+    def keys(self) -> list[bytes | None]:
+        return _split(self.keys_blob, self.key_lengths)
+
+    def values(self) -> list[bytes | None]:
+        return _split(self.values_blob, self.value_lengths)
+
+    def headers(self) -> list[dict[str, bytes] | None]:
+        if self.header_lengths is None or self.headers_blob is None:
+            return [None] * len(self)
+        blob = bytes(self.headers_blob)
+        return [
+            decode_headers(blob[s:e]) if e > s else None
+            for s, e in zip(*self._bounds(self.header_lengths), strict=True)
+        ]
+
+    def key_digest_input(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """Keys blob plus start/end positions, for hashing keys without Python objects."""
+        lengths = np.maximum(self.key_lengths, 0).astype(np.int64)
+        ends = np.cumsum(lengths)
+        return bytes(self.keys_blob), ends - lengths, ends
+
+    def records(self) -> Iterator[Record]:
+        new = tuple.__new__
+        offsets = self.offsets.tolist()
+        timestamps = self.timestamps.tolist()
+        keys = self.keys()
+        values = self.values()
+        if self.header_lengths is None:
+            for item in zip(offsets, keys, values, timestamps, strict=True):
+                yield new(Record, (*item, None))
+        else:
+            yield from map(
+                Record._make, zip(offsets, keys, values, timestamps, self.headers(), strict=True)
+            )
+
+    def select(self, mask: np.ndarray) -> RecordBatch:
+        """The records where ``mask`` is true, as a batch (used to cut a batch at an offset)."""
+        keys = self.keys()
+        values = self.values()
+        heads = self.headers()
+        idx = np.flatnonzero(mask).tolist()
+        return _columns_batch(
+            self.header,
+            self.position,
+            self.offsets[mask],
+            self.timestamps[mask],
+            [keys[i] for i in idx],
+            [values[i] for i in idx],
+            [heads[i] for i in idx],
+        )
+
+
+def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
+    raw = blob if isinstance(blob, bytes) else bytes(blob)
+    if len(lengths) and int(lengths.min()) < 0:
+        out: list[bytes | None] = []
+        pos = 0
+        for n in lengths.tolist():
+            if n < 0:
+                out.append(None)
+            else:
+                out.append(raw[pos : pos + n])
+                pos += n
+        return out
+    first = int(lengths[0]) if len(lengths) else 0
+    if len(lengths) and (lengths == first).all():
+        return (
+            [raw[i : i + first] for i in range(0, first * len(lengths), first)]
+            if first
+            else [b""] * len(lengths)
+        )
+    ends = np.cumsum(lengths, dtype=np.int64).tolist()
+    starts = [0, *ends[:-1]]
+    return [raw[s:e] for s, e in zip(starts, ends, strict=True)]
+
+
+def _columns_batch(
+    header: BatchHeader,
+    position: int,
+    offsets: np.ndarray,
+    timestamps: np.ndarray,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    headers: list[dict[str, bytes] | None],
+) -> RecordBatch:
+    key_lengths = np.fromiter((-1 if k is None else len(k) for k in keys), np.int32, len(keys))
+    value_lengths = np.fromiter(
+        (-1 if v is None else len(v) for v in values), np.int32, len(values)
+    )
+    encoded = [encode_headers(h) if h else b"" for h in headers]
+    has_headers = any(encoded)
+    return RecordBatch(
+        header=header._replace(count=len(keys)),
+        position=position,
+        offsets=offsets,
+        timestamps=timestamps,
+        key_lengths=key_lengths,
+        value_lengths=value_lengths,
+        keys_blob=b"".join(k for k in keys if k is not None),
+        values_blob=b"".join(v for v in values if v is not None),
+        header_lengths=np.fromiter(map(len, encoded), np.int32, len(encoded))
+        if has_headers
+        else None,
+        headers_blob=b"".join(encoded) if has_headers else None,
+    )
+
+
+def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    """Decode the (already CRC-checked) batch at ``pos`` into columns."""
+    count = header.count
+    body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
+    if header.codec == CODEC_ZSTD:
+        body = _zstd_decompress(body, header.body_length)
+    if len(body) != header.body_length:
+        raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
+    cursor = 0
+    if header.flags & FLAG_SINGLE_TIMESTAMP:
+        timestamps = np.full(count, header.first_ts, dtype=np.int64)
+    else:
+        timestamps = np.frombuffer(body, dtype=np.int64, count=count, offset=cursor)
+        cursor += 8 * count
+    if header.flags & FLAG_CONTIGUOUS:
+        offsets = np.arange(header.base_offset, header.base_offset + count, dtype=np.int64)
+    else:
+        deltas = np.frombuffer(body, dtype=np.uint32, count=count, offset=cursor)
+        cursor += 4 * count
+        offsets = deltas.astype(np.int64) + header.base_offset
+    key_lengths = np.frombuffer(body, dtype=np.int32, count=count, offset=cursor)
+    cursor += 4 * count
+    value_lengths = np.frombuffer(body, dtype=np.int32, count=count, offset=cursor)
+    cursor += 4 * count
+    header_lengths = None
+    if header.flags & FLAG_HEADERS:
+        header_lengths = np.frombuffer(body, dtype=np.int32, count=count, offset=cursor)
+        cursor += 4 * count
+    key_total = int(np.maximum(key_lengths, 0).sum())
+    value_total = int(np.maximum(value_lengths, 0).sum())
+    header_total = int(header_lengths.sum()) if header_lengths is not None else 0
+    if cursor + key_total + value_total + header_total != len(body):
+        raise ValueError("column lengths do not add up to the batch body")
+    keys_blob = body[cursor : cursor + key_total]
+    cursor += key_total
+    values_blob = body[cursor : cursor + value_total]
+    cursor += value_total
+    headers_blob = body[cursor : cursor + header_total] if header_lengths is not None else None
+    return RecordBatch(
+        header,
+        pos,
+        offsets,
+        timestamps,
+        key_lengths,
+        value_lengths,
+        keys_blob,
+        values_blob,
+        header_lengths,
+        headers_blob,
+    )
+
+
+def encode_record_batch(
+    batch: RecordBatch, base_offset: int, last_delta: int, codec: int, level: int
+) -> bytes:
+    """Re-encode a (filtered) columnar batch, keeping offsets, timestamps and headers."""
+    deltas = (batch.offsets - base_offset).astype(np.uint32)
+    heads = batch.headers() if batch.header_lengths is not None else None
+    return encode_batch(
+        batch.keys(),
+        batch.values(),
+        batch.timestamps.tolist(),
+        headers=heads,
+        offset_deltas=deltas,
+        last_delta=last_delta,
+        codec=codec,
+        level=level,
+    ).to_bytes(base_offset)
+
+
+# -- precommit entries -------------------------------------------------------------------
+
+
+def encode_precommit_entry(
+    offset: int, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+) -> bytes:
+    key_len = -1 if key is None else len(key)
+    value_len = -1 if value is None else len(value)
+    length = PRECOMMIT_ENTRY.size + max(key_len, 0) + max(value_len, 0) + len(headers)
+    tail = struct.pack("<qqiii", offset, timestamp, key_len, value_len, len(headers))
+    payload = b"".join((tail, key or b"", value or b"", headers))
+    return struct.pack("<II", length, crc32c(payload)) + payload

@@ -1,0 +1,427 @@
+"""The public :class:`Log`: one directory of segments, opened by :func:`open_log`.
+
+This module composes the pieces; it owns no file format. Appends go through
+``writer.SegmentWriter``, reads through ``reader.iter_batches``, open-time recovery through
+``recovery``, retention through ``retention``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from . import filenames, recovery, retention
+from .config import LogConfig
+from .errors import (
+    CompactLogError,
+    ConfigError,
+    InvalidRecordError,
+    LogClosedError,
+    LogLockedError,
+    NotALogError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+)
+from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
+from .fsio import DEFAULT_FS, FileSystem
+from .head import read_head_file, try_lock_exclusive, unlock
+from .reader import iter_batches
+from .segment import list_segments, segment_path
+from .state_files import Meta, list_checkpoints, read_meta, write_meta
+from .writer import SegmentWriter, split_points
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    """An open log. Thread-safe; share one per process, or open it in many processes."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        clock: Callable[[], int] | None = None,
+        _fs: FileSystem | None = None,
+        **config: Any,
+    ) -> None:
+        self.directory = os.path.abspath(os.fspath(path))
+        self.read_only = read_only
+        self.clock: Callable[[], int] = clock or wall_clock_ms
+        self.fs = _fs or DEFAULT_FS
+        self._closed = False
+        self._meta_lock = threading.Lock()
+        self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
+        self.recovery_report: list[str] = []
+        self.meta = self._load_or_create(create, config)
+        self.writer: SegmentWriter | None = None
+        if not read_only:
+            self.writer = SegmentWriter(
+                self.directory,
+                self.fs,
+                self.meta.config,
+                self.clock,
+                lambda: self.meta.log_start_offset,
+            )
+            try:
+                with self.writer.exclusive():
+                    self.recovery_report = recovery.recover_on_open(self)
+            except BaseException:
+                self.writer.close()
+                raise
+            self.writer.start_background()
+
+    # -- opening -----------------------------------------------------------------------
+    def _load_or_create(self, create: bool, config: Mapping[str, Any]) -> Meta:
+        meta_path = os.path.join(self.directory, filenames.META)
+        if not os.path.exists(meta_path):
+            if not os.path.isdir(self.directory):
+                if not create or self.read_only:
+                    raise NotALogError("no such log directory", path=self.directory)
+                os.makedirs(self.directory, exist_ok=True)
+            entries = [n for n in os.listdir(self.directory) if not n.startswith(".")]
+            if entries:
+                raise NotALogError(
+                    f"directory is not empty and has no meta file ({len(entries)} entries, "
+                    f"e.g. {sorted(entries)[0]!r}): not a compactlog log",
+                    path=self.directory,
+                )
+            if not create or self.read_only:
+                raise NotALogError("not a compactlog log (no meta file)", path=self.directory)
+            meta = Meta(config=LogConfig.from_mapping(config))
+            write_meta(self.fs, self.directory, meta)
+            return meta
+        meta = read_meta(self.directory)
+        if config:
+            if self.read_only:
+                raise ConfigError(
+                    "config cannot be changed on a read-only open", path=self.directory
+                )
+            meta.config = meta.config.merged(config)
+            write_meta(self.fs, self.directory, meta)
+        return meta
+
+    @property
+    def config(self) -> LogConfig:
+        return self.meta.config
+
+    @property
+    def path(self) -> str:
+        return self.directory
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("log is closed", path=self.directory)
+
+    def _writable(self) -> SegmentWriter:
+        self._check_open()
+        if self.writer is None:
+            raise ReadOnlyLogError("log was opened read_only", path=self.directory)
+        return self.writer
+
+    def update_meta(self, **changes: Any) -> None:
+        """Persist changes to ``meta`` (log start offset, uncleanable reason, config)."""
+        with self._meta_lock:
+            current = read_meta(self.directory)
+            for name, value in changes.items():
+                setattr(current, name, value)
+            write_meta(self.fs, self.directory, current)
+            self.meta = current
+
+    def reload_meta(self) -> Meta:
+        self.meta = read_meta(self.directory)
+        return self.meta
+
+    # -- offsets -----------------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        """The next offset to be assigned (as the last writer of any process left it)."""
+        self._check_open()
+        head = read_head_file(os.path.join(self.directory, filenames.WRITER_LOCK))
+        if head is not None:
+            return head.end_offset
+        if self.writer is not None:
+            return self.writer.end_offset
+        last = 0
+        for batch in iter_batches(self.directory, self._first_base(), None):
+            last = batch.next_offset
+        return max(last, self.start_offset)
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset that may still be present (Kafka's log start offset)."""
+        self._check_open()
+        bases = list_segments(self.directory)
+        start = self.meta.log_start_offset
+        return max(start, bases[0]) if bases else start
+
+    def _first_base(self) -> int:
+        bases = list_segments(self.directory)
+        return bases[0] if bases else 0
+
+    # -- appending ---------------------------------------------------------------------
+    def append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        timestamp_ms: int | None = None,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """Append one record; returns its offset. ``value=None`` appends a tombstone."""
+        writer = self._writable()
+        if type(key) is not bytes or (value is not None and type(value) is not bytes):
+            _check_record(key, value, self.config.compacted)
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        if size > self.config.max_record_bytes:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max_record_bytes={self.config.max_record_bytes}"
+            )
+        timestamp = self.clock() if timestamp_ms is None else _check_timestamp(timestamp_ms)
+        if writer.precommit is not None and self.config.precommit_bytes > 0:
+            offset = writer.append_precommit(
+                key, value, timestamp, encode_headers(headers) if headers else b""
+            )
+            if offset >= 0:
+                return offset
+        return self._append_columns([key], [value], timestamp, [headers] if headers else None).start
+
+    def append_batch(
+        self,
+        records: Iterable[tuple[bytes | None, bytes | None]],
+        *,
+        timestamp_ms: int | None = None,
+        timestamps_ms: Sequence[int] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> range:
+        """Append ``(key, value)`` pairs as one batch (or a few, if larger than about half a
+        segment); returns the range of offsets assigned, consecutive and in order.
+
+        ``timestamp_ms`` stamps every record alike; ``timestamps_ms`` and ``headers`` give one
+        per record instead.
+        """
+        self._writable()
+        items = records if isinstance(records, list | tuple) else list(records)
+        if not items:
+            end = self.end_offset
+            return range(end, end)
+        try:
+            keys, values = zip(*items, strict=False)
+        except (TypeError, ValueError):
+            raise InvalidRecordError(
+                "append_batch takes an iterable of (key, value) pairs"
+            ) from None
+        if timestamps_ms is not None:
+            if len(timestamps_ms) != len(keys):
+                raise InvalidRecordError("timestamps_ms must have one timestamp per record")
+            stamps: int | Sequence[int] = [_check_timestamp(t) for t in timestamps_ms]
+        else:
+            stamps = self.clock() if timestamp_ms is None else _check_timestamp(timestamp_ms)
+        if headers is not None and len(headers) != len(keys):
+            raise InvalidRecordError("headers must have one entry (or None) per record")
+        return self._append_columns(keys, values, stamps, headers)
+
+    def _append_columns(
+        self,
+        keys: Sequence[Any],
+        values: Sequence[Any],
+        timestamps: int | Sequence[int],
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> range:
+        writer = self._writable()
+        config = self.config
+        codec = CODECS[config.compression]
+        compacted = config.compacted
+        try:
+            batch = encode_batch(
+                keys,
+                values,
+                timestamps,
+                headers=headers,
+                codec=codec,
+                level=config.compression_level,
+                allow_none_keys=not compacted,
+            )
+        except TypeError as error:
+            if isinstance(error, CompactLogError):
+                raise
+            raise InvalidRecordError(f"bad header: {error}") from None
+        if batch.largest_record > config.max_record_bytes:
+            raise RecordTooLargeError(
+                f"a record of {batch.largest_record} bytes exceeds "
+                f"max_record_bytes={config.max_record_bytes}",
+                path=self.directory,
+            )
+        batches: list[EncodedBatch] = [batch]
+        if batch.size > config.segment_bytes // 2 and batch.count > 1:
+            sizes = [
+                (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
+                for k, v in zip(keys, values, strict=True)
+            ]
+            batches = [
+                encode_batch(
+                    keys[lo:hi],
+                    values[lo:hi],
+                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi],
+                    headers=headers[lo:hi] if headers is not None else None,
+                    codec=codec,
+                    level=config.compression_level,
+                    allow_none_keys=not compacted,
+                )
+                for lo, hi in split_points(sizes, config.segment_bytes)
+            ]
+        first, _seq = writer.append_encoded(batches)
+        return range(first, first + len(keys))
+
+    def flush(self) -> None:
+        """Make every append so far visible to readers and durable (all sync policies)."""
+        writer = self._writable()
+        writer.materialize()
+        writer.sync_all()
+
+    # -- reading -----------------------------------------------------------------------
+    def read_batches(
+        self, start: int | None = None, end: int | None = None
+    ) -> Iterator[RecordBatch]:
+        """Columnar batches holding offsets ``[start, end)``; no per-record objects.
+
+        ``end`` defaults to the end offset when the call is made.
+        """
+        self._check_open()
+        first = self.start_offset if start is None else max(start, self.start_offset)
+        stop = self.end_offset if end is None else end
+        return iter_batches(self.directory, first, stop)
+
+    def read(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
+        """Records with offsets in ``[start, end)`` in offset order."""
+        for batch in self.read_batches(start, end):
+            yield from batch.records()
+
+    def get_segments(self) -> list[int]:
+        return list_segments(self.directory)
+
+    # -- retention ---------------------------------------------------------------------
+    def enforce_retention(self, *, now_ms: int | None = None) -> retention.RetentionResult:
+        """Apply ``delete``/``consumed`` retention now: remove whole closed segments."""
+        writer = self._writable()
+        now = self.clock() if now_ms is None else now_ms
+        with self.cleaner_lock(wait=True), writer.exclusive():
+            infos = retention.closed_segments(self.directory, self._timestamp_cache)
+            active_base = list_segments(self.directory)[-1]
+            total = sum(i.size for i in infos) + os.path.getsize(
+                segment_path(self.directory, active_base)
+            )
+            doomed, reason = retention.select_for_deletion(
+                self.config, infos, total, now, self.subscribers()
+            )
+            removed = retention.delete_segments(
+                self.fs,
+                self.directory,
+                doomed,
+                lambda start: self.update_meta(log_start_offset=start),
+            )
+        return retention.RetentionResult(
+            [d.base for d in doomed], removed, self.start_offset, reason
+        )
+
+    def cleaner_lock(self, *, wait: bool = False) -> CleanerLock:
+        return CleanerLock(self.directory, wait=wait)
+
+    # -- subscribers (durable checkpoints) ----------------------------------------------
+    def subscribers(self) -> dict[str, int]:
+        """``{name: committed offset}`` of every durable subscriber."""
+        self._check_open()
+        return list_checkpoints(self.directory)
+
+    # -- closing -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self.writer is not None:
+                head = self.writer.close()
+                if head is not None:
+                    recovery.write_clean_shutdown(self, head)
+        finally:
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("read-only" if self.read_only else "open")
+        return f"<compactlog.Log {self.directory!r} {state}>"
+
+
+class CleanerLock:
+    """``.cleaner.lock``: held by the one process cleaning (or pruning) a log.
+
+    A crashed holder's lock goes with its process (``flock``), so it never blocks forever.
+    """
+
+    def __init__(self, directory: str, *, wait: bool = False) -> None:
+        self.directory = directory
+        self.wait = wait
+        self.fd = -1
+
+    def __enter__(self) -> CleanerLock:
+        path = os.path.join(self.directory, filenames.CLEANER_LOCK)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if self.wait:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        elif not try_lock_exclusive(self.fd):
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(self.fd)
+            self.fd = -1
+            raise LogLockedError(
+                f"another cleaner is working on this log ({holder})", path=self.directory
+            )
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            unlock(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _check_record(key: Any, value: Any, compacted: bool) -> None:
+    from .format import validate_column
+
+    validate_column([key], "key", allow_none=not compacted)
+    validate_column([value], "value", allow_none=True)
+
+
+def _check_timestamp(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRecordError(f"timestamp_ms must be a non-negative int, not {value!r}")
+    return value
+
+
+def open_log(
+    path: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    read_only: bool = False,
+    clock: Callable[[], int] | None = None,
+    **config: Any,
+) -> Log:
+    """Open (or create) the log at ``path``. See :class:`Log`."""
+    return Log(path, create=create, read_only=read_only, clock=clock, **config)

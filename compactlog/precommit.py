@@ -1,0 +1,148 @@
+"""JLog's precommit buffer: an mmap'ed ``pre_commit`` file that single appends go to.
+
+An entry written here survives a killed process (the page cache holds it), costs no system
+call, and is invisible to readers until it is *materialized*: encoded as one batch and
+appended to the active segment, on ``flush()``, when the buffer fills, on the sync interval,
+or by the next writer to take the lock after this process died.
+
+The process owning the buffer holds the writers' lock from its first buffered append until
+the buffer is materialized, so the offsets it hands out stay valid.
+
+Crash protocol of :meth:`PrecommitBuffer.append` and materialization:
+
+1. An entry is written after the previous one; its CRC makes a half-written entry invalid,
+   and parsing stops at the first invalid entry or at an offset that does not follow on.
+2. Materializing appends the batch to the segment first, then zeroes the first entry's
+   length. A crash between the two leaves entries whose offsets are below the log end:
+   the next materialization skips them, so nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from .format import (
+    FILE_HEADER,
+    PRECOMMIT_ENTRY,
+    PRECOMMIT_FILE_HEADER,
+    PRECOMMIT_MAGIC,
+    check_file_header,
+    crc32c,
+    decode_headers,
+)
+
+_LENGTH_CRC = struct.Struct("<II")
+_FIELDS = struct.Struct("<qqiii")
+DATA_START = FILE_HEADER.size
+
+
+@dataclass
+class PendingEntries:
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int]
+    headers: list[dict[str, bytes] | None]
+
+
+class PrecommitBuffer:
+    """The mmap'ed buffer. Not thread-safe: the writer calls it under its lock."""
+
+    def __init__(self, path: str, capacity: int) -> None:
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                os.pwrite(fd, PRECOMMIT_FILE_HEADER, 0)
+            else:
+                problem = check_file_header(os.pread(fd, FILE_HEADER.size, 0), PRECOMMIT_MAGIC)
+                if problem:
+                    from .errors import NotALogError
+
+                    raise NotALogError(problem, path=path)
+            capacity = max(capacity, size, DATA_START + 4096)
+            if size < capacity:
+                os.ftruncate(fd, capacity)
+            self.map = mmap.mmap(fd, capacity)
+        finally:
+            os.close(fd)
+        self.capacity = capacity
+        self.position = DATA_START
+        self.count = 0
+        self.bytes_pending = 0
+
+    def close(self) -> None:
+        self.map.close()
+
+    def room_for(self, payload_length: int) -> bool:
+        return self.position + PRECOMMIT_ENTRY.size + payload_length + 4 <= self.capacity
+
+    def append(
+        self, offset: int, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+    ) -> None:
+        """Write one entry (the caller checked :meth:`room_for`)."""
+        key_len = -1 if key is None else len(key)
+        value_len = -1 if value is None else len(value)
+        payload = _FIELDS.pack(offset, timestamp, key_len, value_len, len(headers))
+        if key:
+            payload += key
+        if value:
+            payload += value
+        if headers:
+            payload += headers
+        length = 8 + len(payload)
+        start = self.position
+        end = start + length
+        self.map[start + 8 : end] = payload
+        # zero the next entry's length so a parse never runs into a stale entry
+        self.map[end : end + 4] = b"\0\0\0\0"
+        self.map[start : start + 8] = _LENGTH_CRC.pack(length, crc32c(payload))
+        self.position = end
+        self.count += 1
+        self.bytes_pending += length
+
+    def entries(self) -> PendingEntries:
+        """Parse the valid entries with consecutive offsets from the start of the buffer."""
+        mem = self.map
+        pos = DATA_START
+        result = PendingEntries([], [], [], [], [])
+        expected: int | None = None
+        while pos + PRECOMMIT_ENTRY.size <= self.capacity:
+            length, crc = _LENGTH_CRC.unpack_from(mem, pos)
+            if length < PRECOMMIT_ENTRY.size or pos + length > self.capacity:
+                break
+            payload = mem[pos + 8 : pos + length]
+            if crc32c(payload) != crc:
+                break
+            offset, timestamp, key_len, value_len, header_len = _FIELDS.unpack_from(payload)
+            if expected is not None and offset != expected:
+                break
+            cursor = _FIELDS.size
+            key = None
+            if key_len >= 0:
+                key = payload[cursor : cursor + key_len]
+                cursor += key_len
+            value = None
+            if value_len >= 0:
+                value = payload[cursor : cursor + value_len]
+                cursor += value_len
+            result.offsets.append(offset)
+            result.keys.append(key)
+            result.values.append(value)
+            result.timestamps.append(timestamp)
+            result.headers.append(
+                decode_headers(payload[cursor : cursor + header_len]) if header_len else None
+            )
+            expected = offset + 1
+            pos += length
+        return result
+
+    def clear(self) -> None:
+        self.map[DATA_START : DATA_START + 4] = b"\0\0\0\0"
+        self.position = DATA_START
+        self.count = 0
+        self.bytes_pending = 0

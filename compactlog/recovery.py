@@ -1,0 +1,374 @@
+"""Open-time recovery and ``repair``: one loader with numbered passes.
+
+:func:`recover_on_open` runs whenever a writer opens a log, holding the writers' lock:
+
+1. Remove stray ``*.tmp`` files (interrupted small-file writes; the old file is intact).
+2. If no cleaner holds ``.cleaner.lock``: resolve an interrupted segment swap (see
+   ``swap.py``) and remove ``*.rw`` files (rewrites never trusted).
+3. Check every segment's file header (foreign or newer files are refused), find orphan
+   indexes (a segment deleted behind the log's back: :class:`MissingSegmentError`), drop
+   segments wholly below the log start offset (an interrupted retention pass).
+4. Rebuild missing or inconsistent indexes of closed segments.
+5. Validate the active segment's tail: skipped when the clean-shutdown marker matches the
+   head; otherwise the tail past what the head vouches for is checked batch by batch and a
+   torn tail truncated (the bytes dropped are reported).
+6. Materialize a precommit buffer left pending by a dead process.
+
+:func:`repair` (``jlogctl repair``) runs the same passes but fixes instead of refusing, and
+goes further: checkpoints below the log start, a stale log start offset, every index
+checked in full, corrupt regions moved to quarantine files. It never deletes a valid batch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import filenames, swap
+from .errors import CorruptLogError, MissingSegmentError
+from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
+from .fsio import FileSystem
+from .head import Head, decode_head, encode_head, read_head, try_lock_exclusive, unlock
+from .retention import remove_below_start
+from .segment import (
+    HEADER_SIZE,
+    check_segment_header,
+    index_is_consistent,
+    list_segments,
+    read_index,
+    scan_segment,
+    segment_path,
+    write_index,
+)
+
+if TYPE_CHECKING:
+    from .log import Log
+
+
+def _entries(directory: str) -> list[tuple[str, filenames.ParsedName]]:
+    return [(name, filenames.parse_filename(name)) for name in sorted(os.listdir(directory))]
+
+
+def _clear_rewrites(log: Log, report: list[str]) -> None:
+    """Pass 2, only while no cleaner is running."""
+    fd = os.open(
+        os.path.join(log.directory, filenames.CLEANER_LOCK),
+        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+        0o644,
+    )
+    try:
+        if not try_lock_exclusive(fd):
+            return
+        try:
+            report.extend(swap.resolve_interrupted_swap(log.fs, log.directory))
+            for name, parsed in _entries(log.directory):
+                if parsed.kind is filenames.FileKind.REWRITE:
+                    log.fs.remove(os.path.join(log.directory, name))
+                    report.append(f"removed unfinished rewrite {name}")
+        finally:
+            unlock(fd)
+    finally:
+        os.close(fd)
+
+
+def recover_on_open(log: Log) -> list[str]:
+    """Passes 1-6 (caller holds the writers' lock). Returns what was fixed."""
+    directory = log.directory
+    report: list[str] = []
+    writer = log.writer
+    assert writer is not None
+    # 1.
+    for name, parsed in _entries(directory):
+        if parsed.kind is filenames.FileKind.TEMP:
+            log.fs.remove(os.path.join(directory, name))
+            report.append(f"removed unfinished temporary file {name}")
+    # 2.
+    _clear_rewrites(log, report)
+    # 3.
+    names = _entries(directory)
+    bases = sorted(
+        p.base_offset
+        for _n, p in names
+        if p.kind is filenames.FileKind.SEGMENT and p.base_offset is not None
+    )
+    indexes = {p.base_offset for _n, p in names if p.kind is filenames.FileKind.INDEX}
+    for orphan in sorted(b for b in indexes if b not in bases and b is not None):
+        raise MissingSegmentError(
+            f"segment {filenames.segment_name(orphan)} is missing but its index exists: "
+            "offsets would be lost; run repair to accept the loss",
+            path=directory,
+            position=0,
+        )
+    for base in bases:
+        path = segment_path(directory, base)
+        with open(path, "rb") as handle:
+            check_segment_header(path, handle.read(HEADER_SIZE))
+    log_start = log.meta.log_start_offset
+    if bases and log_start < bases[0] and bases[0] > 0:
+        raise MissingSegmentError(
+            f"the log starts at offset {log_start} but the first segment starts at {bases[0]}: "
+            "a segment is missing; run repair to accept the loss",
+            path=directory,
+            position=0,
+        )
+    for base in remove_below_start(log.fs, directory, log_start):
+        report.append(
+            f"removed segment {filenames.segment_name(base)} below the log start {log_start}"
+        )
+    # 4.
+    bases = list_segments(directory)
+    for base in bases[:-1]:
+        if _rebuild_index_if_needed(log, base, full=False):
+            report.append(f"rebuilt index {filenames.index_name(base)}")
+    # 5. and 6.
+    marker = _read_clean_shutdown(directory)
+    head = read_head(writer.lock_fd)
+    clean = marker is not None and head is not None and marker == head
+    if (
+        bases
+        and clean
+        and head is not None
+        and os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
+    ):
+        writer._refresh(head)
+    else:
+        writer._refresh(head, trust_head=False)
+    if writer.torn_bytes_dropped:
+        report.append(f"truncated a torn tail of {writer.torn_bytes_dropped} bytes")
+    for base in writer.rebuilt_indexes:
+        report.append(f"rebuilt index {filenames.index_name(base)}")
+    writer.torn_bytes_dropped = 0
+    writer.rebuilt_indexes.clear()
+    _remove_clean_shutdown(log)
+    return report
+
+
+def _rebuild_index_if_needed(log: Log, base: int, *, full: bool) -> bool:
+    directory = log.directory
+    path = segment_path(directory, base)
+    size = os.path.getsize(path)
+    entries = read_index(directory, base)
+    if entries is not None and index_is_consistent(entries, size) and not full:
+        return False
+    with open(path, "rb") as handle:
+        data = handle.read()
+    result = scan_segment(path, data, HEADER_SIZE, index_interval=log.config.index_interval_bytes)
+    if full and entries is not None and index_is_consistent(entries, result.valid_end):
+        # every entry must point at a batch holding its offset
+        good = all(
+            (h := check_batch(data, int(pos), len(data))[0]) is not None
+            and h.base_offset == base + int(rel)
+            for rel, pos in entries
+        )
+        if good:
+            return False
+    write_index(log.fs, directory, base, result.index_entries)
+    return True
+
+
+# -- the clean-shutdown marker -----------------------------------------------------------
+
+
+def write_clean_shutdown(log: Log, head: Head) -> None:
+    """Written by ``close()`` after the final fsync: the head as it was then."""
+    try:
+        log.fs.write_atomic(log.directory, filenames.CLEAN_SHUTDOWN, encode_head(head))
+    except OSError:
+        pass  # without the marker the next open validates the tail: slower, equally safe
+
+
+def _read_clean_shutdown(directory: str) -> Head | None:
+    try:
+        with open(os.path.join(directory, filenames.CLEAN_SHUTDOWN), "rb") as handle:
+            return decode_head(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def _remove_clean_shutdown(log: Log) -> None:
+    try:
+        log.fs.remove(os.path.join(log.directory, filenames.CLEAN_SHUTDOWN))
+    except FileNotFoundError:
+        pass
+
+
+# -- repair ------------------------------------------------------------------------------
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair` fixed (or, with ``dry_run``, would fix)."""
+
+    path: str
+    fixes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not self.fixes
+
+    def __str__(self) -> str:
+        if not self.fixes:
+            return f"{self.path}: nothing to repair"
+        return "\n".join(self.fixes)
+
+
+def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
+    """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
+
+    Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    """
+    from .fsio import DEFAULT_FS
+    from .state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
+
+    directory = os.path.abspath(os.fspath(path))
+    report = RepairReport(directory, dry_run=dry_run)
+    meta = read_meta(directory)
+    fs = DEFAULT_FS
+
+    def fix(message: str, action: object = None) -> None:
+        report.fixes.append(message)
+        if not dry_run and callable(action):
+            action()
+
+    lock_fd = os.open(
+        os.path.join(directory, filenames.WRITER_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+    )
+    try:
+        import fcntl
+
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        names = _entries(directory)
+        for name, parsed in names:
+            if parsed.kind in (filenames.FileKind.TEMP, filenames.FileKind.REWRITE):
+                fix(
+                    f"removed unfinished file {name}",
+                    lambda n=name: fs.remove(os.path.join(directory, n)),
+                )
+        bases = sorted(
+            p.base_offset
+            for _n, p in names
+            if p.kind is filenames.FileKind.SEGMENT and p.base_offset is not None
+        )
+        for name, parsed in names:
+            if parsed.kind is filenames.FileKind.INDEX and parsed.base_offset not in bases:
+                fix(
+                    f"segment {filenames.segment_name(parsed.base_offset or 0)} is missing: "
+                    "its offsets are lost; "
+                    f"removed its orphan index {name}",
+                    lambda n=name: fs.remove(os.path.join(directory, n)),
+                )
+        if meta.uncleanable:
+            fix(
+                f"cleared the uncleanable mark ({meta.uncleanable})",
+                lambda: setattr(meta, "uncleanable", None),
+            )
+        first = bases[0] if bases else meta.log_start_offset
+        if (
+            bases
+            and meta.log_start_offset != first
+            and not (bases[0] <= meta.log_start_offset < (bases[1] if len(bases) > 1 else 1 << 62))
+        ):
+            fix(
+                f"fixed the log start offset in meta: {meta.log_start_offset} -> {first}",
+                lambda: setattr(meta, "log_start_offset", first),
+            )
+        if not dry_run:
+            write_meta(fs, directory, meta)
+        start = max(meta.log_start_offset, first) if bases else meta.log_start_offset
+        for subscriber, offset in list_checkpoints(directory).items():
+            if offset < start:
+                fix(
+                    f"fixing checkpoint of subscriber {subscriber!r}: offset {offset} "
+                    f"is below the log start {start}",
+                    lambda s=subscriber: write_checkpoint(fs, directory, s, start),
+                )
+        for base in bases:
+            _repair_segment(
+                report,
+                fs,
+                directory,
+                base,
+                dry_run=dry_run,
+                interval=meta.config.index_interval_bytes,
+            )
+        if not dry_run:
+            for name in (filenames.CLEAN_SHUTDOWN,):
+                try:
+                    fs.remove(os.path.join(directory, name))
+                except FileNotFoundError:
+                    pass
+            head = read_head(lock_fd)
+            if head is not None:
+                # make the next writer revalidate from the directory
+                fs.pwrite(lock_fd, b"\0" * 36, 0)
+    finally:
+        os.close(lock_fd)
+    return report
+
+
+def _repair_segment(
+    report: RepairReport, fs: FileSystem, directory: str, base: int, *, dry_run: bool, interval: int
+) -> None:
+    path = segment_path(directory, base)
+    name = filenames.segment_name(base)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < HEADER_SIZE:
+        report.fixes.append(f"{name}: rewrote a torn file header")
+        if not dry_run:
+            with open(path, "r+b") as handle:
+                handle.write(SEGMENT_FILE_HEADER)
+                handle.truncate(HEADER_SIZE)
+        data = SEGMENT_FILE_HEADER
+    keep: list[tuple[int, int]] = []  # valid batch ranges
+    bad: list[tuple[int, int]] = []  # unreadable ranges
+    pos = HEADER_SIZE
+    while pos < len(data):
+        header, _reason = check_batch(data, pos, len(data))
+        if header is not None:
+            keep.append((pos, pos + header.length))
+            pos += header.length
+            continue
+        following = find_next_valid_batch(data, pos, len(data))
+        stop = len(data) if following is None else following
+        bad.append((pos, stop))
+        pos = stop
+    if bad:
+        rewritten = SEGMENT_FILE_HEADER + b"".join(data[a:b] for a, b in keep)
+        for a, b in bad:
+            quarantine = filenames.quarantine_name(name, a)
+            report.fixes.append(
+                f"{name}: moved {b - a} unreadable bytes at byte {a} to {quarantine}"
+            )
+            if not dry_run:
+                fs.write_atomic(directory, quarantine, data[a:b])
+        if not dry_run:
+            temp = filenames.rewrite_name(name)
+            fd = fs.open(os.path.join(directory, temp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                fs.write(fd, rewritten)
+                fs.fsync(fd)
+            finally:
+                fs.close(fd)
+            fs.rename(os.path.join(directory, temp), path)
+            fs.fsync_dir(directory)
+        data = rewritten
+    entries = read_index(directory, base)
+    result = None
+    try:
+        result = scan_segment(path, data, HEADER_SIZE, index_interval=interval)
+    except CorruptLogError:
+        result = None
+    good = entries is not None and index_is_consistent(entries, len(data))
+    if good and entries is not None:
+        for rel, pos in entries:
+            header = check_batch(data, int(pos), len(data))[0]
+            if header is None or header.base_offset != base + int(rel):
+                good = False
+                break
+    if not good and result is not None:
+        report.fixes.append(f"rebuilt index {filenames.index_name(base)}")
+        if not dry_run:
+            write_index(fs, directory, base, result.index_entries)

@@ -1,0 +1,300 @@
+"""Segments and their sparse indexes: the only code that reads or writes ``.log``/``.idx``.
+
+A segment is ``<base>.log``: a 16-byte file header, then whole batches. Its ``<base>.idx``
+maps some offsets (one every ``index_interval_bytes``) to byte positions so that a read from
+offset *n* seeks instead of scanning. The index is a cache: it is checked cheaply when a
+writer opens the segment and rebuilt from the segment whenever it disagrees.
+
+Tail tolerance (LevelDB's reader, Kafka's ``LogSegment.recover``): an invalid batch with no
+valid batch after it is a torn tail, truncated by writers (the bytes dropped are reported)
+and treated as "not yet written" by readers. An invalid batch followed by valid data is
+corruption: :class:`CorruptLogError` naming file and position, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import filenames
+from .errors import CorruptLogError, MissingSegmentError, NotALogError
+from .format import (
+    FILE_HEADER,
+    INDEX_ENTRY,
+    INDEX_FILE_HEADER,
+    INDEX_MAGIC,
+    SEGMENT_FILE_HEADER,
+    SEGMENT_MAGIC,
+    BatchHeader,
+    RecordBatch,
+    check_batch,
+    check_file_header,
+    decode_batch,
+    find_next_valid_batch,
+)
+from .fsio import FileSystem
+
+HEADER_SIZE = FILE_HEADER.size
+READ_CHUNK = 4 << 20
+
+
+def list_segments(directory: str) -> list[int]:
+    """Base offsets of every segment in ``directory``, ascending."""
+    bases = []
+    for name in os.listdir(directory):
+        parsed = filenames.parse_filename(name)
+        if parsed.kind is filenames.FileKind.SEGMENT and parsed.base_offset is not None:
+            bases.append(parsed.base_offset)
+    bases.sort()
+    return bases
+
+
+def segment_path(directory: str, base: int) -> str:
+    return os.path.join(directory, filenames.segment_name(base))
+
+
+def index_path(directory: str, base: int) -> str:
+    return os.path.join(directory, filenames.index_name(base))
+
+
+def read_all(fd: int, start: int, length: int) -> bytes:
+    """``pread`` exactly what is there between ``start`` and ``start + length``."""
+    parts = []
+    while length > 0:
+        chunk = os.pread(fd, length, start)
+        if not chunk:
+            break
+        parts.append(chunk)
+        start += len(chunk)
+        length -= len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def check_segment_header(path: str, data: bytes) -> None:
+    problem = check_file_header(data, SEGMENT_MAGIC)
+    if problem:
+        raise NotALogError(problem, path=path)
+
+
+# -- scanning ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a validating scan of a segment region found."""
+
+    valid_end: int  # byte position just after the last valid batch
+    next_offset: int | None  # offset after the last valid batch (None: no batch seen)
+    torn_bytes: int  # bytes after valid_end that form a torn tail
+    first_timestamp: int | None  # max_ts of the first batch scanned (for segment_ms)
+    index_entries: list[tuple[int, int]]  # (offset, position) every index_interval bytes
+
+
+def scan_segment(
+    path: str,
+    data: bytes | memoryview,
+    start: int,
+    *,
+    index_interval: int | None = None,
+    last_indexed: int = -1,
+) -> ScanResult:
+    """Validate every batch from ``start`` to the end of ``data`` (the whole file's bytes).
+
+    Raises :class:`CorruptLogError` when an invalid batch is followed by valid data.
+    """
+    end = len(data)
+    pos = start
+    next_offset: int | None = None
+    first_ts: int | None = None
+    entries: list[tuple[int, int]] = []
+    last_entry_pos = last_indexed
+    while pos < end:
+        header, reason = check_batch(data, pos, end)
+        if header is None:
+            following = find_next_valid_batch(data, pos, end)
+            if following is not None:
+                raise CorruptLogError(
+                    f"{reason}; valid data follows at byte {following}", path=path, position=pos
+                )
+            return ScanResult(pos, next_offset, end - pos, first_ts, entries)
+        if next_offset is not None and header.base_offset < next_offset:
+            raise CorruptLogError(
+                f"batch offset {header.base_offset} is not after {next_offset - 1}",
+                path=path,
+                position=pos,
+            )
+        if first_ts is None:
+            first_ts = header.max_ts
+        if index_interval is not None and (
+            last_entry_pos < 0 or pos - last_entry_pos >= index_interval
+        ):
+            entries.append((header.base_offset, pos))
+            last_entry_pos = pos
+        next_offset = header.next_offset
+        pos += header.length
+    return ScanResult(pos, next_offset, 0, first_ts, entries)
+
+
+# -- the sparse index --------------------------------------------------------------------
+
+
+def read_index(directory: str, base: int) -> np.ndarray | None:
+    """The index entries as an (n, 2) uint32 array of (relative offset, position), or
+    ``None`` if the file is missing or not an index. Torn trailing bytes are ignored."""
+    path = index_path(directory, base)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    if check_file_header(data, INDEX_MAGIC):
+        return None
+    usable = (len(data) - HEADER_SIZE) // INDEX_ENTRY.size * INDEX_ENTRY.size
+    return np.frombuffer(data, dtype=np.uint32, count=usable // 4, offset=HEADER_SIZE).reshape(
+        -1, 2
+    )
+
+
+def lookup_position(entries: np.ndarray | None, base: int, offset: int) -> int:
+    """Byte position of the last indexed batch starting at or before ``offset``."""
+    if entries is None or len(entries) == 0 or offset <= base:
+        return HEADER_SIZE
+    relative = offset - base
+    i = int(np.searchsorted(entries[:, 0], relative, side="right")) - 1
+    return int(entries[i, 1]) if i >= 0 else HEADER_SIZE
+
+
+def index_is_consistent(entries: np.ndarray | None, data_end: int) -> bool:
+    """Cheap check: offsets and positions increase and stay inside the valid data."""
+    if entries is None:
+        return False
+    if len(entries) == 0:
+        return True
+    rel = entries[:, 0].astype(np.int64)
+    pos = entries[:, 1].astype(np.int64)
+    return bool(
+        (np.diff(rel) > 0).all()
+        and (np.diff(pos) > 0).all()
+        and pos[0] >= HEADER_SIZE
+        and pos[-1] < data_end
+    )
+
+
+def write_index(
+    fs: FileSystem, directory: str, base: int, entries: list[tuple[int, int]], *, temp: bool = False
+) -> str:
+    """Write a whole index (rebuild or rewrite); returns the path written."""
+    path = index_path(directory, base)
+    if temp:
+        path = filenames.rewrite_name(path)
+    body = b"".join(INDEX_ENTRY.pack(offset - base, position) for offset, position in entries)
+    fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        fs.write(fd, INDEX_FILE_HEADER + body)
+    finally:
+        fs.close(fd)
+    return path
+
+
+# -- reading batches ---------------------------------------------------------------------
+
+
+class SegmentReader:
+    """Iterates the valid batches of one segment file from a byte position.
+
+    Holds its own descriptor, so a segment replaced by the cleaner or removed by retention
+    while it is being read is read to its end as it was (the old inode stays alive).
+    """
+
+    def __init__(self, directory: str, base: int, *, last_segment: bool) -> None:
+        self.path = segment_path(directory, base)
+        self.base = base
+        self.last_segment = last_segment
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise MissingSegmentError("segment file vanished", path=self.path, position=0) from None
+        check_segment_header(self.path, read_all(self.fd, 0, HEADER_SIZE))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> SegmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def batches(self, position: int, *, verify: bool = True) -> Iterator[RecordBatch]:
+        for pos, header, buffer, offset_in_buffer in self._headers(position, verify=verify):
+            try:
+                batch = decode_batch(buffer, offset_in_buffer, header)
+            except Exception as error:  # a body that passed its CRC yet does not decode
+                raise CorruptLogError(
+                    f"undecodable batch: {error}", path=self.path, position=pos
+                ) from None
+            batch.position = pos
+            yield batch
+
+    def headers(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        for pos, header, _buffer, _offset in self._headers(position, verify=True):
+            yield pos, header
+
+    def _headers(
+        self, position: int, *, verify: bool
+    ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        pos = max(position, HEADER_SIZE)
+        size = os.fstat(self.fd).st_size
+        while pos < size:
+            buffer = read_all(self.fd, pos, min(READ_CHUNK, size - pos))
+            cursor = 0
+            while cursor < len(buffer):
+                header, reason = check_batch(buffer, cursor, len(buffer))
+                if header is None:
+                    if reason.startswith("incomplete") and cursor > 0:
+                        break  # the batch straddles the chunk: read on from its start
+                    self._bad_batch(pos + cursor, reason, size)
+                    return
+                yield pos + cursor, header, buffer, cursor
+                cursor += header.length
+            if cursor == 0:
+                # one batch larger than a chunk: fetch it whole
+                header, reason = check_batch(read_all(self.fd, pos, size - pos), 0, size - pos)
+                if header is None:
+                    self._bad_batch(pos, reason, size)
+                    return
+                buffer = read_all(self.fd, pos, header.length)
+                yield pos, header, buffer, 0
+                cursor = header.length
+            pos += cursor
+            if pos >= size:
+                size = os.fstat(self.fd).st_size
+
+    def _bad_batch(self, pos: int, reason: str, size: int) -> None:
+        """An invalid batch: a not-yet-complete tail of the newest segment ends the read,
+        anything else is corruption."""
+        data = read_all(self.fd, 0, size)
+        following = find_next_valid_batch(data, pos, len(data))
+        if following is None and self.last_segment:
+            return
+        detail = (
+            f"; valid data follows at byte {following}"
+            if following is not None
+            else " in a closed segment"
+        )
+        raise CorruptLogError(reason + detail, path=self.path, position=pos)
+
+
+def read_segment_header_ok(directory: str, base: int) -> None:
+    path = segment_path(directory, base)
+    with open(path, "rb") as handle:
+        check_segment_header(path, handle.read(HEADER_SIZE))
+
+
+def new_segment_bytes() -> bytes:
+    return SEGMENT_FILE_HEADER

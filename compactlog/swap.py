@@ -1,0 +1,101 @@
+"""Replacing a group of segments by its cleaned rewrite (workq's ``.rw`` + Kafka's swap).
+
+Crash protocol of :func:`replace_segments` (caller holds the cleaner lock; the rewrite
+``<first>.log.rw`` and ``<first>.idx.rw`` are complete):
+
+1. fsync both ``.rw`` files. Death here: recovery removes them (old state).
+2. Write the intent file ``cleaner.swap`` (atomic) naming the first segment and the ones the
+   group replaces. Death here: ``.rw`` files still exist, so recovery rolls back: removes
+   them and the intent (old state), and rebuilds the first segment's index.
+3. Rename ``.idx.rw`` over the index, then ``.log.rw`` over the segment (atomic each).
+   Death between the two renames: the ``.log.rw`` still exists, so recovery rolls back as
+   in 2 (the index is rebuilt from the old segment).
+4. Remove the other segments of the group with their indexes. Death here: the ``.log.rw``
+   is gone, so recovery completes the swap: removes what the intent names (new state).
+5. fsync the directory, then remove the intent.
+
+Readers are never confused in between: they follow offsets, and every record a removed
+segment held that survives cleaning is already in the renamed first segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import filenames
+from .fsio import FileSystem
+from .segment import index_path, list_segments, scan_segment, segment_path, write_index
+
+SWAP_INTENT = "cleaner.swap"
+
+
+def replace_segments(fs: FileSystem, directory: str, first: int, others: list[int]) -> None:
+    log_rw = filenames.rewrite_name(segment_path(directory, first))
+    idx_rw = filenames.rewrite_name(index_path(directory, first))
+    # 1.
+    for path in (log_rw, idx_rw):
+        fd = fs.open(path, os.O_RDONLY)
+        try:
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+    # 2.
+    fs.write_atomic(directory, SWAP_INTENT, json.dumps({"first": first, "others": others}).encode())
+    # 3.
+    fs.rename(idx_rw, index_path(directory, first))
+    fs.rename(log_rw, segment_path(directory, first))
+    # 4.
+    _remove_segments(fs, directory, others)
+    # 5.
+    fs.fsync_dir(directory)
+    fs.remove(os.path.join(directory, SWAP_INTENT))
+
+
+def _remove_segments(fs: FileSystem, directory: str, bases: list[int]) -> None:
+    for base in bases:
+        for path in (segment_path(directory, base), index_path(directory, base)):
+            try:
+                fs.remove(path)
+            except FileNotFoundError:
+                continue
+
+
+def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
+    """Finish or undo a swap that a dead cleaner left (caller holds the cleaner lock)."""
+    intent_path = os.path.join(directory, SWAP_INTENT)
+    try:
+        with open(intent_path, "rb") as handle:
+            intent = json.loads(handle.read())
+    except FileNotFoundError:
+        return []
+    first = int(intent["first"])
+    others = [int(b) for b in intent["others"]]
+    log_rw = filenames.rewrite_name(segment_path(directory, first))
+    if os.path.exists(log_rw):
+        for path in (log_rw, filenames.rewrite_name(index_path(directory, first))):
+            try:
+                fs.remove(path)
+            except FileNotFoundError:
+                pass
+        _rebuild_index(fs, directory, first)
+        message = f"rolled back an interrupted clean of segment {filenames.segment_name(first)}"
+    else:
+        _remove_segments(fs, directory, [b for b in others if b in list_segments(directory)])
+        message = (
+            f"completed an interrupted clean of segment {filenames.segment_name(first)} "
+            f"(removed {len(others)} replaced segments)"
+        )
+    fs.fsync_dir(directory)
+    fs.remove(intent_path)
+    return [message]
+
+
+def _rebuild_index(fs: FileSystem, directory: str, base: int) -> None:
+    path = segment_path(directory, base)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    from .segment import HEADER_SIZE
+
+    result = scan_segment(path, data, HEADER_SIZE, index_interval=4096)
+    write_index(fs, directory, base, result.index_entries)

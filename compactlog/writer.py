@@ -1,0 +1,607 @@
+"""Appending: the writers' lock, the head state, segment rolls, the index, durability.
+
+One :class:`SegmentWriter` per open log (not read-only). Threads of the process share it
+through ``self.lock``; processes share the log through ``flock`` on ``.lock`` and the head
+state stored in it (``head.py``). Batches are encoded outside both locks; under them only the
+base offset is stamped into the header and the bytes are written with one ``writev``.
+
+Crash protocol of :meth:`SegmentWriter._write_locked` (what a later writer does if the
+process dies at each step):
+
+1. ``writev`` header and body at the end of the active segment. Death here leaves a torn
+   tail: the next writer finds the segment longer than the head says, validates the bytes
+   past it and truncates what is not a whole batch (``_refresh``).
+2. Maybe append an index entry. A torn or missing entry is harmless: indexes are checked
+   and rebuilt.
+3. Publish the new head in ``.lock``. Death before it: the next writer sees the size
+   mismatch and validates the tail, keeping the whole batch.
+
+Crash protocol of :meth:`SegmentWriter._roll`:
+
+1. Publish a head naming the new base with size 0: death here leaves no file; the next
+   writer creates it.
+2. Create ``<base>.log`` with its file header (and its index): a torn header with no data
+   is rewritten by the next writer.
+
+Durability: ``sync="always"`` fsyncs before ``append*`` returns, with group commit: the first
+waiting thread fsyncs for everyone written so far while the others wait for it.
+``"interval"`` fsyncs from a background thread; ``"os"`` leaves it to the kernel. ``flush()``
+fsyncs under every policy.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from . import filenames
+from .config import LogConfig
+from .errors import LogClosedError, MissingSegmentError, WriteRefusedError
+from .format import INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER, EncodedBatch, encode_batch
+from .fsio import FileSystem
+from .head import FLAG_PRECOMMIT_PENDING, Head, encode_head, lock_exclusive, read_head, unlock
+from .precommit import PrecommitBuffer
+from .segment import (
+    HEADER_SIZE,
+    index_is_consistent,
+    index_path,
+    list_segments,
+    read_all,
+    read_index,
+    scan_segment,
+    segment_path,
+    write_index,
+)
+
+SPACE_CHECK_SECONDS = 0.5
+SPACE_CHECK_BYTES = 4 << 20
+MAX_RETIRED_FDS = 4
+
+
+class ActiveSegment:
+    """The segment appends go to, as this process last saw it."""
+
+    __slots__ = ("base", "fd", "first_ts", "index_fd", "index_size", "last_index_pos", "size")
+
+    def __init__(self, base: int, fd: int, size: int, index_fd: int, index_size: int) -> None:
+        self.base = base
+        self.fd = fd
+        self.size = size
+        self.first_ts: int | None = None
+        self.index_fd = index_fd
+        self.index_size = index_size
+        self.last_index_pos = HEADER_SIZE
+
+
+class SegmentWriter:
+    def __init__(
+        self,
+        directory: str,
+        fs: FileSystem,
+        config: LogConfig,
+        clock: Callable[[], int],
+        log_start: Callable[[], int],
+    ) -> None:
+        self.directory = directory
+        self.fs = fs
+        self.config = config
+        self.clock = clock
+        self._log_start = log_start
+        self.lock = threading.Lock()
+        self.lock_fd = fs.open(
+            os.path.join(directory, filenames.WRITER_LOCK), os.O_RDWR | os.O_CREAT
+        )
+        self.active: ActiveSegment | None = None
+        self.end_offset = 0
+        self.closed = False
+        self.torn_bytes_dropped = 0
+        self.rebuilt_indexes: list[int] = []
+        self._flock_held = False
+        self._flock_depth = 0
+        # durability
+        self.write_seq = 0
+        self.synced_seq = 0
+        self._sync_cond = threading.Condition()
+        self._syncing = False
+        self._retired: list[int] = []
+        self._dir_dirty = False
+        # self-protection
+        self._last_space_check = float("-inf")
+        self._bytes_since_check = 0
+        # precommit
+        self.precommit: PrecommitBuffer | None = None
+        self._holding_for_precommit = False
+        if config.precommit_bytes > 0 or os.path.exists(
+            os.path.join(directory, filenames.PRECOMMIT)
+        ):
+            self.precommit = PrecommitBuffer(
+                os.path.join(directory, filenames.PRECOMMIT), config.precommit_bytes
+            )
+        self._stop = threading.Event()
+        self._background: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start_background(self) -> None:
+        """Start the interval thread (interval fsync and precommit materialization)."""
+        if self.config.sync == "interval" or self.config.precommit_bytes > 0:
+            self._background = threading.Thread(
+                target=self._background_loop, name="compactlog-sync", daemon=True
+            )
+            self._background.start()
+
+    def _background_loop(self) -> None:
+        interval = self.config.sync_interval_ms / 1000
+        while not self._stop.wait(interval):
+            try:
+                if self.precommit is not None and self.precommit.count:
+                    self.materialize()
+                if self.config.sync == "interval":
+                    self.sync_all()
+            except Exception:
+                continue
+
+    def close(self) -> Head | None:
+        """Materialize, fsync, release everything. Returns the final head (for the clean
+        shutdown marker) or ``None`` if the state is unknown."""
+        if self.closed:
+            return None
+        self._stop.set()
+        if self._background is not None:
+            self._background.join()
+        head = None
+        try:
+            self.materialize()
+            self.sync_all()
+            with self.lock, self._exclusive():
+                head = self._current_head()
+        finally:
+            with self.lock:
+                self.closed = True
+                if self.precommit is not None:
+                    self.precommit.close()
+                for fd in self._retired:
+                    os.close(fd)
+                self._retired.clear()
+                if self.active is not None:
+                    os.close(self.active.fd)
+                    os.close(self.active.index_fd)
+                    self.active = None
+                os.close(self.lock_fd)
+        return head
+
+    # -- locking -----------------------------------------------------------------------
+    @contextmanager
+    def _exclusive(self) -> Any:
+        """The inter-process lock plus an up-to-date view of the head (caller holds
+        ``self.lock``). Nests; the outermost exit releases the ``flock`` unless the
+        precommit buffer still needs it."""
+        if not self._flock_held:
+            lock_exclusive(self.lock_fd)
+            self._flock_held = True
+            try:
+                self._sync_head()
+            except BaseException:
+                self._flock_held = False
+                unlock(self.lock_fd)
+                raise
+        self._flock_depth += 1
+        try:
+            yield
+        finally:
+            self._flock_depth -= 1
+            if self._flock_depth == 0 and not self._holding_for_precommit and self._flock_held:
+                self._flock_held = False
+                unlock(self.lock_fd)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogClosedError("log is closed", path=self.directory)
+
+    def _current_head(self) -> Head:
+        assert self.active is not None
+        flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
+        return Head(flags, self.active.base, self.end_offset, self.active.size)
+
+    def _publish_head(self) -> None:
+        self.fs.pwrite(self.lock_fd, encode_head(self._current_head()), 0)
+
+    def _sync_head(self) -> None:
+        """Make this process's view match the log (caller holds both locks)."""
+        head = read_head(self.lock_fd)
+        active = self.active
+        if (
+            active is not None
+            and head is not None
+            and not head.precommit_pending
+            and head.active_base == active.base
+            and head.end_offset == self.end_offset
+            and head.active_size == active.size
+            and os.fstat(active.fd).st_size == active.size
+        ):
+            return
+        self._refresh(head)
+
+    # -- refresh: learn what other processes (or a crash) did --------------------------
+    def _refresh(self, head: Head | None, *, trust_head: bool = True) -> None:
+        """Re-read the directory, open the newest segment, validate its tail.
+
+        Truncates a torn tail (the bytes are counted in ``torn_bytes_dropped``), rebuilds
+        the active index when it disagrees with the segment, and materializes a precommit
+        buffer that a dead process left pending.
+        """
+        bases = list_segments(self.directory)
+        if head is not None and head.active_base not in bases:
+            if head.active_size > HEADER_SIZE:
+                raise MissingSegmentError(
+                    f"the active segment {filenames.segment_name(head.active_base)} is missing "
+                    f"(it held offsets up to {head.end_offset - 1}); run repair",
+                    path=self.directory,
+                    position=0,
+                )
+            if not bases or head.active_base > bases[-1]:
+                bases.append(head.active_base)  # a roll died before creating the file
+        if not bases:
+            bases = [max(self._log_start(), head.end_offset if head else 0)]
+        base = bases[-1]
+        fd = self.fs.open(segment_path(self.directory, base), os.O_RDWR | os.O_CREAT)
+        size = os.fstat(fd).st_size
+        if size < HEADER_SIZE:
+            if size and read_all(fd, 0, size) != SEGMENT_FILE_HEADER[:size]:
+                os.close(fd)
+                from .errors import NotALogError
+
+                raise NotALogError(
+                    "segment file header is damaged", path=segment_path(self.directory, base)
+                )
+            self.fs.pwrite(fd, SEGMENT_FILE_HEADER, 0)
+            self.fs.truncate(fd, HEADER_SIZE)
+            size = HEADER_SIZE
+        else:
+            from .segment import check_segment_header
+
+            check_segment_header(segment_path(self.directory, base), read_all(fd, 0, HEADER_SIZE))
+        entries = read_index(self.directory, base)
+        # where can validation start? after what the head vouches for, or the last index entry
+        start, next_offset = HEADER_SIZE, None
+        if (
+            trust_head
+            and head is not None
+            and head.active_base == base
+            and HEADER_SIZE <= head.active_size <= size
+        ):
+            start, next_offset = head.active_size, head.end_offset
+        elif entries is not None and len(entries) and index_is_consistent(entries, size):
+            start = int(entries[-1, 1])
+        data = read_all(fd, start, size - start)
+        result = scan_segment(segment_path(self.directory, base), data, 0)
+        if next_offset is None and result.next_offset is None and start > HEADER_SIZE:
+            # the index pointed at nothing valid: validate the whole segment instead
+            start = HEADER_SIZE
+            data = read_all(fd, start, size - start)
+            result = scan_segment(segment_path(self.directory, base), data, 0)
+        valid_end = start + result.valid_end
+        if result.torn_bytes:
+            self.fs.truncate(fd, valid_end)
+            self.torn_bytes_dropped += result.torn_bytes
+        if result.next_offset is not None:
+            next_offset = result.next_offset
+        if next_offset is None:
+            next_offset = base if start == HEADER_SIZE else self._next_offset_from_scan(fd, base)
+        if self.active is not None:
+            self._retire(self.active)
+        index_fd, index_size = self._open_index(base, valid_end, entries)
+        active = ActiveSegment(base, fd, valid_end, index_fd, index_size)
+        first = read_all(fd, HEADER_SIZE, 48) if valid_end > HEADER_SIZE else b""
+        if first:
+            from .format import read_batch_header
+
+            header, _ = read_batch_header(first, 0, len(first) if len(first) < 48 else 48)
+            active.first_ts = header.max_ts if header is not None else None
+        last = read_index(self.directory, base)
+        if last is not None and len(last):
+            active.last_index_pos = int(last[-1, 1])
+        self.active = active
+        self.end_offset = max(next_offset, base)
+        self._publish_head()
+        if head is not None and head.precommit_pending and not self._holding_for_precommit:
+            self._materialize_locked()
+
+    def _next_offset_from_scan(self, fd: int, base: int) -> int:
+        size = os.fstat(fd).st_size
+        result = scan_segment(
+            segment_path(self.directory, base), read_all(fd, HEADER_SIZE, size - HEADER_SIZE), 0
+        )
+        return base if result.next_offset is None else result.next_offset
+
+    def _open_index(self, base: int, valid_end: int, entries: Any) -> tuple[int, int]:
+        """Open the active index, rebuilding it if it is missing or disagrees."""
+        path = index_path(self.directory, base)
+        if entries is None or not index_is_consistent(entries, valid_end):
+            self._rebuild_index(base, valid_end)
+            self.rebuilt_indexes.append(base)
+        index_fd = self.fs.open(path, os.O_RDWR | os.O_CREAT)
+        size = os.fstat(index_fd).st_size
+        usable = HEADER_SIZE + (size - HEADER_SIZE) // INDEX_ENTRY.size * INDEX_ENTRY.size
+        if usable != size:
+            self.fs.truncate(index_fd, usable)
+        return index_fd, usable
+
+    def _rebuild_index(self, base: int, valid_end: int) -> None:
+        path = segment_path(self.directory, base)
+        with open(path, "rb") as handle:
+            data = handle.read(valid_end)
+        result = scan_segment(
+            path, data, HEADER_SIZE, index_interval=self.config.index_interval_bytes
+        )
+        write_index(self.fs, self.directory, base, result.index_entries)
+
+    def _retire(self, active: ActiveSegment) -> None:
+        os.close(active.index_fd)
+        self._retired.append(active.fd)
+        if len(self._retired) > MAX_RETIRED_FDS:
+            fd = self._retired.pop(0)
+            self.fs.fdatasync(fd)  # flush() promises durability of rolled segments too
+            os.close(fd)
+
+    # -- rolling -----------------------------------------------------------------------
+    def _should_roll(self, incoming: int) -> bool:
+        active = self.active
+        assert active is not None
+        if active.size <= HEADER_SIZE:
+            return False
+        if active.size + incoming > self.config.segment_bytes:
+            return True
+        segment_ms = self.config.segment_ms
+        return (
+            segment_ms is not None
+            and active.first_ts is not None
+            and self.clock() - active.first_ts >= segment_ms
+        )
+
+    def _roll(self) -> None:
+        assert self.active is not None
+        base = self.end_offset
+        old = self.active
+        # 1. publish the new head first (see the module docstring)
+        self.fs.pwrite(self.lock_fd, encode_head(Head(0, base, base, 0)), 0)
+        # 2. create the segment and its index
+        fd = self.fs.open(segment_path(self.directory, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        self.fs.write(fd, SEGMENT_FILE_HEADER)
+        index_fd = self.fs.open(
+            index_path(self.directory, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC
+        )
+        self.fs.write(index_fd, INDEX_FILE_HEADER)
+        self._retire(old)
+        self.active = ActiveSegment(base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
+        self._dir_dirty = True
+        self._publish_head()
+
+    # -- appending ---------------------------------------------------------------------
+    def append_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[int, int]:
+        """Write encoded batches back to back; returns (first offset, write sequence)."""
+        total = sum(b.size for b in batches)
+        with self.lock:
+            self._check_open()
+            with self._exclusive():
+                if self.precommit is not None and self.precommit.count:
+                    self._materialize_locked()
+                self._check_space(total)
+                first = self.end_offset
+                for batch in batches:
+                    self._write_locked(batch)
+                self._publish_head()
+                self.write_seq += 1
+                seq = self.write_seq
+        if self.config.sync == "always":
+            self.sync_through(seq)
+        return first, seq
+
+    def _write_locked(self, batch: EncodedBatch) -> None:
+        if self._should_roll(batch.size):
+            self._roll()
+        active = self.active
+        assert active is not None
+        position = active.size
+        base_offset = self.end_offset
+        header = batch.header(base_offset)
+        try:
+            written = os.pwritev(active.fd, [header, batch.body], position)
+            if written != batch.size:
+                self.fs.pwrite(active.fd, (header + batch.body)[written:], position + written)
+        except OSError as error:
+            self._undo_partial_write(active, position)
+            raise self._refusal(error) from error
+        active.size = position + batch.size
+        self.end_offset = base_offset + batch.last_delta + 1
+        if active.first_ts is None:
+            active.first_ts = batch.max_ts
+        if position - active.last_index_pos >= self.config.index_interval_bytes:
+            try:
+                self.fs.pwrite(
+                    active.index_fd,
+                    INDEX_ENTRY.pack(base_offset - active.base, position),
+                    active.index_size,
+                )
+                active.index_size += INDEX_ENTRY.size
+                active.last_index_pos = position
+            except OSError:
+                pass  # the index is a cache; it is rebuilt when it disagrees
+        self._bytes_since_check += batch.size
+
+    def _undo_partial_write(self, active: ActiveSegment, position: int) -> None:
+        try:
+            self.fs.truncate(active.fd, position)
+        except OSError:
+            pass  # a torn tail is still cut by the next writer's validation
+
+    def _refusal(self, error: OSError) -> WriteRefusedError:
+        self._last_space_check = float("-inf")
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return WriteRefusedError(
+                "no space left on the device; appends refused, reads go on", path=self.directory
+            )
+        return WriteRefusedError(
+            f"write failed ({error}); appends refused, reads go on", path=self.directory
+        )
+
+    def _check_space(self, incoming: int) -> None:
+        now = time.monotonic()
+        if (
+            now - self._last_space_check < SPACE_CHECK_SECONDS
+            and self._bytes_since_check < SPACE_CHECK_BYTES
+        ):
+            return
+        free = self.fs.free_bytes(self.directory)
+        if free - incoming < self.config.min_free_bytes:
+            self._last_space_check = float("-inf")
+            raise WriteRefusedError(
+                f"only {free} bytes free, below min_free_bytes={self.config.min_free_bytes}; "
+                "appends refused until space is freed, reads go on",
+                path=self.directory,
+            )
+        self._last_space_check = now
+        self._bytes_since_check = 0
+
+    # -- durability --------------------------------------------------------------------
+    def sync_through(self, seq: int) -> None:
+        """Return once every write up to ``seq`` is on disk (group commit)."""
+        with self._sync_cond:
+            while self.synced_seq < seq:
+                if self._syncing:
+                    self._sync_cond.wait()
+                    continue
+                self._syncing = True
+                try:
+                    self._sync_cond.release()
+                    try:
+                        target = self._sync_once()
+                    finally:
+                        self._sync_cond.acquire()
+                    self.synced_seq = max(self.synced_seq, target)
+                finally:
+                    self._syncing = False
+                    self._sync_cond.notify_all()
+
+    def sync_all(self) -> None:
+        self.sync_through(self.write_seq)
+
+    def _sync_once(self) -> int:
+        with self.lock:
+            if self.active is None:
+                return self.write_seq
+            target = self.write_seq
+            retired, self._retired = self._retired, []
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            active_fd = os.dup(self.active.fd)
+        try:
+            for fd in retired:
+                self.fs.fdatasync(fd)
+            self.fs.fdatasync(active_fd)
+            if dir_dirty:
+                self.fs.fsync_dir(self.directory)
+        finally:
+            os.close(active_fd)
+            for fd in retired:
+                os.close(fd)
+        return target
+
+    # -- precommit ---------------------------------------------------------------------
+    def append_precommit(
+        self, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+    ) -> int:
+        buffer = self.precommit
+        assert buffer is not None
+        payload = (len(key) if key else 0) + (len(value) if value else 0) + len(headers)
+        with self.lock:
+            self._check_open()
+            if not buffer.room_for(payload):
+                self._materialize_locked()
+                if not buffer.room_for(payload):
+                    return -1  # larger than the buffer: the caller writes it directly
+            if not self._holding_for_precommit:
+                with self._exclusive():
+                    self._check_space(payload)
+                    self._holding_for_precommit = True
+                    self._publish_head()
+            offset = self.end_offset + buffer.count
+            buffer.append(offset, key, value, timestamp, headers)
+            return offset
+
+    def materialize(self) -> None:
+        if self.precommit is None:
+            return
+        with self.lock:
+            if self.closed:
+                return
+            if self.precommit.count or self._holding_for_precommit:
+                with self._exclusive():
+                    self._materialize_locked()
+
+    def _materialize_locked(self) -> None:
+        """Turn pending precommit entries into batches (caller holds both locks)."""
+        buffer = self.precommit
+        if buffer is None:
+            path = os.path.join(self.directory, filenames.PRECOMMIT)
+            buffer = self.precommit = PrecommitBuffer(path, 0)
+        entries = buffer.entries()
+        skip = 0
+        while skip < len(entries.offsets) and entries.offsets[skip] < self.end_offset:
+            skip += 1
+        if skip < len(entries.offsets) and entries.offsets[skip] == self.end_offset:
+            keys = entries.keys[skip:]
+            values = entries.values[skip:]
+            timestamps = entries.timestamps[skip:]
+            headers = entries.headers[skip:]
+            codec = 1 if self.config.compression == "zstd" else 0
+            for lo, hi in split_points(
+                [(len(k or b"") + len(v or b"")) for k, v in zip(keys, values, strict=True)],
+                self.config.segment_bytes,
+            ):
+                batch = encode_batch(
+                    keys[lo:hi],
+                    values[lo:hi],
+                    timestamps[lo:hi],
+                    headers=headers[lo:hi],
+                    codec=codec,
+                    level=self.config.compression_level,
+                )
+                self._write_locked(batch)
+            self.write_seq += 1
+        buffer.clear()
+        self._holding_for_precommit = False
+        self._publish_head()
+
+    # -- maintenance hooks used by retention, the cleaner and recovery ------------------
+    @contextmanager
+    def exclusive(self) -> Any:
+        """Both locks, for operations that must not interleave with appends."""
+        with self.lock:
+            self._check_open()
+            with self._exclusive():
+                yield
+
+    def reload(self) -> None:
+        """Forget the cached head and revalidate (after files changed under us)."""
+        with self.lock, self._exclusive():
+            self._refresh(read_head(self.lock_fd))
+
+
+def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, int]]:
+    """Cut a run of records into batches of at most about ``segment_bytes // 2`` raw bytes,
+    so that a large ``append_batch`` still lets segments roll near ``segment_bytes``."""
+    limit = max(segment_bytes // 2, 1)
+    cuts: list[tuple[int, int]] = []
+    start = 0
+    total = 0
+    for i, size in enumerate(sizes):
+        if total and total + size > limit:
+            cuts.append((start, i))
+            start, total = i, 0
+        total += size
+    cuts.append((start, len(sizes)))
+    return cuts
