@@ -339,6 +339,36 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
+    def subscribe(self, name: str, *, start: int | None = None) -> Any:
+        """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient."""
+        from .subscriber import Subscriber
+
+        self._check_open()
+        return Subscriber(self, name, start=start)
+
+    def remove_subscriber(self, name: str) -> None:
+        """Forget a durable subscriber and its checkpoint."""
+        from .subscriber import remove_subscriber
+
+        self._check_open()
+        remove_subscriber(self, name)
+
+    # -- compaction and the latest state -------------------------------------------------
+    def compact(self, force: bool = False, *, now_ms: int | None = None) -> Any:
+        """One cleaning pass if due (``force``: regardless of the dirty ratio), then
+        retention. Returns the pass's statistics."""
+        from .compaction import compact_log
+
+        self._writable()
+        return compact_log(self, force=force, now_ms=now_ms)
+
+    def latest(self, as_of: int | None = None) -> Iterator[Record]:
+        """The latest non-tombstone record of every key among offsets below ``as_of``."""
+        from .latest import latest_records
+
+        self._check_open()
+        return latest_records(self, as_of)
+
     # -- closing -----------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
