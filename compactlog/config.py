@@ -84,7 +84,7 @@ class LogConfig:
 
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
-        _int("segment_bytes", self.segment_bytes, minimum=KIB)
+        _int("segment_bytes", self.segment_bytes, minimum=KIB, maximum=2 << 30)
         _int("segment_ms", self.segment_ms, minimum=1, optional=True)
         _int("index_interval_bytes", self.index_interval_bytes, minimum=1)
         _int("max_record_bytes", self.max_record_bytes, minimum=1, maximum=1 << 30)

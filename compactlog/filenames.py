@@ -15,13 +15,14 @@ Recovery, retention, the cleaner and the CLI all classify directory entries with
 ``.lock``               writers' advisory lock, also holding the shared head state
 ``.cleaner.lock``       held by the one process cleaning the log
 ``clean_shutdown``      present only between a clean close and the next open
-``*.tmp``               a small-file write in progress: removed on open
+``<name>.<pid>.<n>.tmp`` a small-file write in progress: removed on open
 ======================  ===========================================================
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -144,6 +145,21 @@ def subscriber_from_checkpoint_name(name: str) -> str | None:
         return bytes.fromhex(name[len(CHECKPOINT_PREFIX) :]).decode("utf-8")
     except ValueError:
         return None
+
+
+_temp_counter = itertools.count()
+
+
+def temp_name(name: str) -> str:
+    """A temporary name for replacing ``name``, unique to this process and call, so two
+    processes replacing the same file never write into each other's temporary file.
+
+    A name that would grow past 255 bytes is replaced by a digest; the suffix still marks
+    the file as temporary."""
+    token = f".{os.getpid()}.{next(_temp_counter)}{TEMP_SUFFIX}"
+    if len((name + token).encode("utf-8")) > MAX_FILENAME_BYTES:
+        name = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return name + token
 
 
 def join(directory: str, name: str) -> str:

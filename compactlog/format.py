@@ -48,6 +48,7 @@ import struct
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import crc32c as _crc32c
@@ -276,19 +277,22 @@ def encode_batch(
             flags |= FLAG_CONTIGUOUS
         else:
             columns.append(deltas.tobytes())
+    # keys and values are copied once, straight into the body (no separate blobs); a
+    # non-bytes item that has a len() (a str) fails that join and is reported below
+    key_parts: Sequence[Any] = keys
+    value_parts: Sequence[Any] = values
     try:
-        key_blob = b"".join(keys)  # type: ignore[arg-type]
         key_lengths = _lengths(keys, count)
     except TypeError:
         validate_column(keys, "key", allow_none=allow_none_keys)
-        key_blob = b"".join([k for k in keys if k is not None])
+        key_parts = [k for k in keys if k is not None]
         key_lengths = _lengths_with_none(keys, count)
     try:
-        value_blob = b"".join(values)  # type: ignore[arg-type]
         value_lengths = _lengths(values, count)
     except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
         validate_column(values, "value", allow_none=True)
-        value_blob = b"".join([v for v in values if v is not None])
+        value_parts = [v for v in values if v is not None]
         value_lengths = _lengths_with_none(values, count)
     largest = int((np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).max()) if count else 0
     columns.append(key_lengths.tobytes())
@@ -299,10 +303,12 @@ def encode_batch(
         encoded = [encode_headers(h) if h else b"" for h in headers]
         columns.append(np.fromiter(map(len, encoded), dtype=np.int32, count=count).tobytes())
         header_blob = b"".join(encoded)
-    columns.append(key_blob)
-    columns.append(value_blob)
-    columns.append(header_blob)
-    body = b"".join(columns)
+    try:
+        body = b"".join([*columns, *key_parts, *value_parts, header_blob])
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        validate_column(values, "value", allow_none=True)
+        raise
     body_length = len(body)
     if codec == CODEC_ZSTD:
         body = _zstd_compress(body, level)
@@ -476,18 +482,13 @@ class RecordBatch:
         return bytes(self.keys_blob), ends - lengths, ends
 
     def records(self) -> Iterator[Record]:
-        new = tuple.__new__
+        # built by map() in C: no Python frame (generator step) per record
         offsets = self.offsets.tolist()
-        timestamps = self.timestamps.tolist()
-        keys = self.keys()
-        values = self.values()
-        if self.header_lengths is None:
-            for item in zip(offsets, keys, values, timestamps, strict=True):
-                yield new(Record, (*item, None))
-        else:
-            yield from map(
-                Record._make, zip(offsets, keys, values, timestamps, self.headers(), strict=True)
-            )
+        heads = repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
+        columns = zip(
+            offsets, self.keys(), self.values(), self.timestamps.tolist(), heads, strict=True
+        )
+        return map(tuple.__new__, repeat(Record), columns)
 
     def select(self, mask: np.ndarray) -> RecordBatch:
         """The records where ``mask`` is true, as a batch (used to cut a batch at an offset)."""
@@ -507,8 +508,9 @@ class RecordBatch:
 
 
 def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
-    raw = blob if isinstance(blob, bytes) else bytes(blob)
+    raw = blob if isinstance(blob, bytes) else None
     if len(lengths) and int(lengths.min()) < 0:
+        raw = raw if raw is not None else bytes(blob)
         out: list[bytes | None] = []
         pos = 0
         for n in lengths.tolist():
@@ -520,11 +522,11 @@ def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
         return out
     first = int(lengths[0]) if len(lengths) else 0
     if len(lengths) and (lengths == first).all():
-        return (
-            [raw[i : i + first] for i in range(0, first * len(lengths), first)]
-            if first
-            else [b""] * len(lengths)
-        )
+        if not first:
+            return [b""] * len(lengths)
+        # equal lengths: numpy cuts the blob into bytes objects ("V" items keep NUL bytes)
+        return np.frombuffer(blob, dtype=f"V{first}", count=len(lengths)).tolist()
+    raw = raw if raw is not None else bytes(blob)
     ends = np.cumsum(lengths, dtype=np.int64).tolist()
     starts = [0, *ends[:-1]]
     return [raw[s:e] for s, e in zip(starts, ends, strict=True)]

@@ -37,6 +37,13 @@ class FileSystem:
             view = view[written:]
             position += written
 
+    def pwritev(self, fd: int, buffers: list[bytes | memoryview], position: int) -> None:
+        """Write ``buffers`` back to back at ``position`` (one system call when it can)."""
+        total = sum(len(b) for b in buffers)
+        written = os.pwritev(fd, buffers, position)
+        if written != total:
+            self.pwrite(fd, b"".join(buffers)[written:], position + written)
+
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 
@@ -66,21 +73,41 @@ class FileSystem:
     def write_atomic(self, directory: str, name: str, data: bytes) -> None:
         """Replace ``directory/name`` with ``data`` crash-safely.
 
-        1. write ``name.tmp`` and fsync it: a crash leaves a stray ``.tmp`` (removed on open)
-           and the old file untouched;
+        1. write a temporary ``name.<pid>.<n>.tmp`` (unique to this call, see
+           ``filenames.temp_name``) and fsync it: a crash leaves a stray ``.tmp`` (removed
+           on open) and the old file untouched;
         2. rename over ``name``: atomic, readers see old or new, never a mix;
         3. fsync the directory: the rename survives a power loss.
+
+        Another process opening the log removes stray ``.tmp`` files; if it takes ours
+        between steps 1 and 2, the rename finds nothing and the write starts over.
         """
+        from .filenames import temp_name
+
         target = os.path.join(directory, name)
-        temp = target + ".tmp"
-        fd = self.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.write(fd, data)
-            self.fsync(fd)
-        finally:
+        for attempt in range(WRITE_ATOMIC_ATTEMPTS):
+            temp = os.path.join(directory, temp_name(name))
+            fd = self.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                self.write(fd, data)
+                self.fsync(fd)
+            except BaseException:
+                self.close(fd)
+                try:
+                    self.remove(temp)
+                except OSError:
+                    pass  # a stray .tmp is removed on the next open
+                raise
             self.close(fd)
-        self.rename(temp, target)
+            try:
+                self.rename(temp, target)
+            except FileNotFoundError:
+                if attempt + 1 == WRITE_ATOMIC_ATTEMPTS:
+                    raise
+                continue
+            break
         self.fsync_dir(directory)
 
 
+WRITE_ATOMIC_ATTEMPTS = 3
 DEFAULT_FS = FileSystem()

@@ -1,7 +1,7 @@
 """The writers' lock file ``.lock`` and the shared head state it carries.
 
 Writers in any process take an exclusive ``flock`` on ``.lock`` around each append. The
-first 40 bytes of the file describe the log's head as the last writer left it::
+first 36 bytes of the file describe the log's head as the last writer left it::
 
     magic u32 "CLHD" | flags u32 | active_base i64 | end_offset i64 | active_size i64 | crc u32
 

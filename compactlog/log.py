@@ -27,7 +27,7 @@ from .errors import (
 )
 from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
 from .fsio import DEFAULT_FS, FileSystem
-from .head import read_head_file, try_lock_exclusive, unlock
+from .head import lock_exclusive, read_head_file, try_lock_exclusive, unlock
 from .reader import iter_batches
 from .segment import list_segments, segment_path
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
@@ -79,19 +79,46 @@ class Log:
 
     # -- opening -----------------------------------------------------------------------
     def _load_or_create(self, create: bool, config: Mapping[str, Any]) -> Meta:
+        """Read ``meta``, creating the log or merging ``config`` into it.
+
+        Writers do this holding the writers' lock, so that processes opening one log at
+        once neither lose each other's config changes nor create it twice.
+        """
+        if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+            raise NotALogError("not a directory, so not a compactlog log", path=self.directory)
+        if not os.path.isdir(self.directory):
+            if not create or self.read_only:
+                raise NotALogError("no such log directory", path=self.directory)
+            os.makedirs(self.directory, exist_ok=True)
+        if self.read_only:
+            return self._load_or_create_locked(create, config)
+        self._refuse_foreign_directory()  # before a lock file is put into it
+        fd = os.open(
+            os.path.join(self.directory, filenames.WRITER_LOCK),
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o644,
+        )
+        try:
+            lock_exclusive(fd)
+            return self._load_or_create_locked(create, config)
+        finally:
+            os.close(fd)  # releases the lock; the writer takes it on its own descriptor
+
+    def _refuse_foreign_directory(self) -> None:
+        if os.path.exists(os.path.join(self.directory, filenames.META)):
+            return
+        entries = [n for n in os.listdir(self.directory) if not n.startswith(".")]
+        if entries:
+            raise NotALogError(
+                f"directory is not empty and has no meta file ({len(entries)} entries, "
+                f"e.g. {sorted(entries)[0]!r}): not a compactlog log",
+                path=self.directory,
+            )
+
+    def _load_or_create_locked(self, create: bool, config: Mapping[str, Any]) -> Meta:
         meta_path = os.path.join(self.directory, filenames.META)
         if not os.path.exists(meta_path):
-            if not os.path.isdir(self.directory):
-                if not create or self.read_only:
-                    raise NotALogError("no such log directory", path=self.directory)
-                os.makedirs(self.directory, exist_ok=True)
-            entries = [n for n in os.listdir(self.directory) if not n.startswith(".")]
-            if entries:
-                raise NotALogError(
-                    f"directory is not empty and has no meta file ({len(entries)} entries, "
-                    f"e.g. {sorted(entries)[0]!r}): not a compactlog log",
-                    path=self.directory,
-                )
+            self._refuse_foreign_directory()
             if not create or self.read_only:
                 raise NotALogError("not a compactlog log (no meta file)", path=self.directory)
             meta = Meta(config=LogConfig.from_mapping(config))
@@ -103,8 +130,10 @@ class Log:
                 raise ConfigError(
                     "config cannot be changed on a read-only open", path=self.directory
                 )
-            meta.config = meta.config.merged(config)
-            write_meta(self.fs, self.directory, meta)
+            merged = meta.config.merged(config)
+            if merged != meta.config:
+                meta.config = merged
+                write_meta(self.fs, self.directory, meta)
         return meta
 
     @property
@@ -309,9 +338,16 @@ class Log:
     # -- retention ---------------------------------------------------------------------
     def enforce_retention(self, *, now_ms: int | None = None) -> retention.RetentionResult:
         """Apply ``delete``/``consumed`` retention now: remove whole closed segments."""
-        writer = self._writable()
+        self._writable()
         now = self.clock() if now_ms is None else now_ms
-        with self.cleaner_lock(wait=True), writer.exclusive():
+        with self.cleaner_lock(wait=True):
+            return self._enforce_retention_locked(now)
+
+    def _enforce_retention_locked(self, now: int) -> retention.RetentionResult:
+        """:meth:`enforce_retention` for a caller already holding the cleaner lock
+        (``compact()`` runs it at the end of every pass)."""
+        writer = self._writable()
+        with writer.exclusive():
             infos = retention.closed_segments(self.directory, self._timestamp_cache)
             active_base = list_segments(self.directory)[-1]
             total = sum(i.size for i in infos) + os.path.getsize(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import filenames, swap
-from .errors import CorruptLogError, MissingSegmentError
+from .errors import CorruptLogError, LogLockedError, MissingSegmentError
 from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
 from .fsio import FileSystem
 from .head import Head, decode_head, encode_head, read_head, try_lock_exclusive, unlock
@@ -232,6 +232,16 @@ def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairRepo
         if not dry_run and callable(action):
             action()
 
+    cleaner_fd = os.open(
+        os.path.join(directory, filenames.CLEANER_LOCK),
+        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+        0o644,
+    )
+    if not try_lock_exclusive(cleaner_fd):
+        os.close(cleaner_fd)
+        raise LogLockedError(
+            "a cleaner is working on this log; stop it before repair", path=directory
+        )
     lock_fd = os.open(
         os.path.join(directory, filenames.WRITER_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
     )
@@ -239,6 +249,12 @@ def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairRepo
         import fcntl
 
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        # an interrupted segment swap is finished or undone first: its .rw files decide which
+        if os.path.exists(os.path.join(directory, swap.SWAP_INTENT)):
+            if dry_run:
+                report.fixes.append("would resolve an interrupted segment swap (cleaner.swap)")
+            else:
+                report.fixes.extend(swap.resolve_interrupted_swap(fs, directory))
         names = _entries(directory)
         for name, parsed in names:
             if parsed.kind in (filenames.FileKind.TEMP, filenames.FileKind.REWRITE):
@@ -284,6 +300,13 @@ def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairRepo
                     f"is below the log start {start}",
                     lambda s=subscriber: write_checkpoint(fs, directory, s, start),
                 )
+        lost_end = _lost_active_end(read_head(lock_fd), bases, names)
+        if lost_end is not None:
+            fix(
+                f"the active segment is missing: created an empty segment "
+                f"{filenames.segment_name(lost_end)} so that lost offsets are never reused",
+                lambda: _create_empty_segment(fs, directory, lost_end),
+            )
         for base in bases:
             _repair_segment(
                 report,
@@ -301,11 +324,49 @@ def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairRepo
                     pass
             head = read_head(lock_fd)
             if head is not None:
-                # make the next writer revalidate from the directory
-                fs.pwrite(lock_fd, b"\0" * 36, 0)
-    finally:
+                # make the next writer revalidate the tail (size 0 is never trusted), keeping
+                # the precommit-pending flag so that a dead writer's buffer is materialized
+                fs.pwrite(lock_fd, encode_head(head._replace(active_size=0)), 0)
         os.close(lock_fd)
+        lock_fd = -1
+        if not dry_run:
+            # the open-time passes: tail validation, precommit left by a dead writer
+            from .log import Log
+
+            with Log(directory) as log:
+                report.fixes.extend(log.recovery_report)
+    finally:
+        if lock_fd >= 0:
+            os.close(lock_fd)
+        unlock(cleaner_fd)
+        os.close(cleaner_fd)
     return report
+
+
+def _lost_active_end(
+    head: Head | None, bases: list[int], names: list[tuple[str, filenames.ParsedName]]
+) -> int | None:
+    """Where new offsets must start when the newest segment is gone: the end offset the head
+    recorded (or, without a head, the base of the newest orphan index, a lower bound)."""
+    last = bases[-1] if bases else -1
+    if head is not None and head.active_base not in bases and head.active_base > last:
+        return head.end_offset if head.end_offset > last else None
+    orphans = [
+        p.base_offset
+        for _n, p in names
+        if p.kind is filenames.FileKind.INDEX and p.base_offset is not None and p.base_offset > last
+    ]
+    return max(orphans) if orphans and head is None else None
+
+
+def _create_empty_segment(fs: FileSystem, directory: str, base: int) -> None:
+    fd = fs.open(segment_path(directory, base), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        fs.write(fd, SEGMENT_FILE_HEADER)
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+    fs.fsync_dir(directory)
 
 
 def _repair_segment(

@@ -100,10 +100,13 @@ def scan_segment(
     *,
     index_interval: int | None = None,
     last_indexed: int = -1,
+    origin: int = 0,
 ) -> ScanResult:
-    """Validate every batch from ``start`` to the end of ``data`` (the whole file's bytes).
+    """Validate every batch from ``start`` to the end of ``data``.
 
-    Raises :class:`CorruptLogError` when an invalid batch is followed by valid data.
+    ``data`` is the file's bytes from byte ``origin`` on (the whole file by default).
+    Positions in the result are positions in ``data``; positions in errors are positions in
+    the file. Raises :class:`CorruptLogError` when an invalid batch is followed by valid data.
     """
     end = len(data)
     pos = start
@@ -117,14 +120,16 @@ def scan_segment(
             following = find_next_valid_batch(data, pos, end)
             if following is not None:
                 raise CorruptLogError(
-                    f"{reason}; valid data follows at byte {following}", path=path, position=pos
+                    f"{reason}; valid data follows at byte {origin + following}",
+                    path=path,
+                    position=origin + pos,
                 )
             return ScanResult(pos, next_offset, end - pos, first_ts, entries)
         if next_offset is not None and header.base_offset < next_offset:
             raise CorruptLogError(
                 f"batch offset {header.base_offset} is not after {next_offset - 1}",
                 path=path,
-                position=pos,
+                position=origin + pos,
             )
         if first_ts is None:
             first_ts = header.max_ts
@@ -256,7 +261,7 @@ class SegmentReader:
             while cursor < len(buffer):
                 header, reason = check_batch(buffer, cursor, len(buffer))
                 if header is None:
-                    if reason.startswith("incomplete") and cursor > 0:
+                    if reason.startswith("incomplete") and pos + len(buffer) < size:
                         break  # the batch straddles the chunk: read on from its start
                     self._bad_batch(pos + cursor, reason, size)
                     return

@@ -278,12 +278,12 @@ class SegmentWriter:
         elif entries is not None and len(entries) and index_is_consistent(entries, size):
             start = int(entries[-1, 1])
         data = read_all(fd, start, size - start)
-        result = scan_segment(segment_path(self.directory, base), data, 0)
+        result = scan_segment(segment_path(self.directory, base), data, 0, origin=start)
         if next_offset is None and result.next_offset is None and start > HEADER_SIZE:
             # the index pointed at nothing valid: validate the whole segment instead
             start = HEADER_SIZE
             data = read_all(fd, start, size - start)
-            result = scan_segment(segment_path(self.directory, base), data, 0)
+            result = scan_segment(segment_path(self.directory, base), data, 0, origin=start)
         valid_end = start + result.valid_end
         if result.torn_bytes:
             self.fs.truncate(fd, valid_end)
@@ -296,11 +296,13 @@ class SegmentWriter:
             self._retire(self.active)
         index_fd, index_size = self._open_index(base, valid_end, entries)
         active = ActiveSegment(base, fd, valid_end, index_fd, index_size)
-        first = read_all(fd, HEADER_SIZE, 48) if valid_end > HEADER_SIZE else b""
-        if first:
-            from .format import read_batch_header
+        if valid_end > HEADER_SIZE:
+            # the segment's age (segment_ms) counts from its first batch, already validated;
+            # only its header is read, so the bound passed is the valid end, not 48 bytes
+            from .format import BATCH_HEADER, read_batch_header
 
-            header, _ = read_batch_header(first, 0, len(first) if len(first) < 48 else 48)
+            first = read_all(fd, HEADER_SIZE, BATCH_HEADER.size)
+            header, _ = read_batch_header(first, 0, valid_end - HEADER_SIZE)
             active.first_ts = header.max_ts if header is not None else None
         last = read_index(self.directory, base)
         if last is not None and len(last):
@@ -314,7 +316,10 @@ class SegmentWriter:
     def _next_offset_from_scan(self, fd: int, base: int) -> int:
         size = os.fstat(fd).st_size
         result = scan_segment(
-            segment_path(self.directory, base), read_all(fd, HEADER_SIZE, size - HEADER_SIZE), 0
+            segment_path(self.directory, base),
+            read_all(fd, HEADER_SIZE, size - HEADER_SIZE),
+            0,
+            origin=HEADER_SIZE,
         )
         return base if result.next_offset is None else result.next_offset
 
@@ -387,16 +392,19 @@ class SegmentWriter:
         total = sum(b.size for b in batches)
         with self.lock:
             self._check_open()
-            with self._exclusive():
-                if self.precommit is not None and self.precommit.count:
-                    self._materialize_locked()
-                self._check_space(total)
-                first = self.end_offset
-                for batch in batches:
-                    self._write_locked(batch)
-                self._publish_head()
-                self.write_seq += 1
-                seq = self.write_seq
+            try:
+                with self._exclusive():
+                    if self.precommit is not None and self.precommit.count:
+                        self._materialize_locked()
+                    self._check_space(total)
+                    first = self.end_offset
+                    for batch in batches:
+                        self._write_locked(batch)
+                    self._publish_head()
+                    self.write_seq += 1
+                    seq = self.write_seq
+            except OSError as error:  # a roll, the head or a refresh failed to write
+                raise self._refusal(error) from error
         if self.config.sync == "always":
             self.sync_through(seq)
         return first, seq
@@ -410,9 +418,7 @@ class SegmentWriter:
         base_offset = self.end_offset
         header = batch.header(base_offset)
         try:
-            written = os.pwritev(active.fd, [header, batch.body], position)
-            if written != batch.size:
-                self.fs.pwrite(active.fd, (header + batch.body)[written:], position + written)
+            self.fs.pwritev(active.fd, [header, batch.body], position)
         except OSError as error:
             self._undo_partial_write(active, position)
             raise self._refusal(error) from error
@@ -520,7 +526,8 @@ class SegmentWriter:
         with self.lock:
             self._check_open()
             if not buffer.room_for(payload):
-                self._materialize_locked()
+                with self._exclusive():
+                    self._materialize_locked()
                 if not buffer.room_for(payload):
                     return -1  # larger than the buffer: the caller writes it directly
             if not self._holding_for_precommit:

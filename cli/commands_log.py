@@ -1,0 +1,234 @@
+"""The log itself: ``create``, ``meta`` (jlogctl meta), ``config get|set``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from .common import (
+    force_option,
+    json_option,
+    log_dir,
+    open_for_change,
+    open_read_only,
+    parse_assignments,
+    path_argument,
+    writer_holders,
+)
+from .output import CliError, UsageProblem, emit_json, human_bytes, print_fields, print_table
+
+# Config changes refused by ``config set``, with the reason shown to the operator.
+UNSAFE_CHANGES = {
+    "cleanup_policy": (
+        "changing the cleanup policy changes which records may be deleted: a compacted log "
+        "may hold records retention would now remove, and a delete/consumed log may hold "
+        "records without keys that compaction cannot handle; create a new log and copy"
+    ),
+}
+
+
+@click.command()
+@path_argument
+@click.option(
+    "-c",
+    "--config",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A config setting (repeatable); sizes take KiB/MiB/GiB, *_ms take s/m/h/d.",
+)
+@json_option
+def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
+    """Create a new, empty log at PATH with the given config.
+
+    The config is stored in the log; later opens use it.
+
+    \b
+    Examples:
+      compactlog create /var/lib/app/users
+      compactlog create /var/lib/app/events -c cleanup_policy=delete -c retention_ms=7d
+      compactlog create ./log -c segment_bytes=16MiB -c compression=zstd --json
+    """
+    import compactlog
+
+    directory = os.path.abspath(path)
+    if os.path.exists(os.path.join(directory, "meta")):
+        raise CliError("a log already exists here", path=directory)
+    config = parse_assignments(settings)
+    with compactlog.open(directory, create=True, **config) as log:
+        stored = log.config.to_dict()
+    if as_json:
+        emit_json({"path": directory, "created": True, "config": stored})
+        return
+    click.echo(f"created {directory}")
+    if config:
+        print_fields(((name, stored[name]) for name in config), title="settings")
+
+
+def meta_document(directory: str) -> dict[str, Any]:
+    from compactlog import filenames
+    from compactlog.state_files import list_checkpoints, read_cleaner_state
+
+    from .scan import dirty_bytes, head_of
+
+    with open_read_only(directory) as log:
+        meta = log.meta
+        start, end = log.start_offset, log.end_offset
+        bases = log.get_segments()
+    cleaner_point = read_cleaner_state(directory).first_dirty_offset
+    dirty, total = dirty_bytes(directory, cleaner_point)
+    head = head_of(directory)
+    return {
+        "path": directory,
+        "format_version": meta.format_version,
+        "log_start_offset": meta.log_start_offset,
+        "start_offset": start,
+        "end_offset": end,
+        "segments": len(bases),
+        "active_segment": filenames.segment_name(bases[-1]) if bases else None,
+        "size_bytes": total,
+        "cleaner_point": cleaner_point,
+        "dirty_bytes": dirty,
+        "dirty_ratio": round(dirty / total, 4) if total else 0.0,
+        "uncleanable": meta.uncleanable,
+        "subscribers": len(list_checkpoints(directory)),
+        "clean_shutdown": os.path.exists(os.path.join(directory, filenames.CLEAN_SHUTDOWN)),
+        "precommit_pending": bool(head and head.precommit_pending),
+        "writers": [h.to_json() for h in writer_holders(directory)],
+        "config": meta.config.to_dict(),
+    }
+
+
+@click.command()
+@path_argument
+@json_option
+def meta(path: str, as_json: bool) -> None:
+    """Show the log's metadata (jlogctl meta): format version, offsets, cleaner point,
+    dirty ratio, uncleanable reason, writers, and the stored config.
+
+    \b
+    Examples:
+      compactlog meta ./demo-data/log
+      compactlog meta ./demo-data/log --json | jq .dirty_ratio
+    """
+    document = meta_document(log_dir(path))
+    if as_json:
+        emit_json(document)
+        return
+    writers = ", ".join(f"pid {w['pid']} ({w['command']})" for w in document["writers"]) or "none"
+    print_fields(
+        [
+            ("path", document["path"]),
+            ("format version", document["format_version"]),
+            ("start offset", document["start_offset"]),
+            ("end offset", document["end_offset"]),
+            ("segments", f"{document['segments']} (active {document['active_segment']})"),
+            ("size", human_bytes(document["size_bytes"])),
+            ("cleaner point", document["cleaner_point"]),
+            (
+                "dirty ratio",
+                f"{document['dirty_ratio']:.3f} ({human_bytes(document['dirty_bytes'])} dirty)",
+            ),
+            ("uncleanable", document["uncleanable"] or "no"),
+            ("subscribers", document["subscribers"]),
+            ("clean shutdown", "yes" if document["clean_shutdown"] else "no"),
+            ("precommit pending", "yes" if document["precommit_pending"] else "no"),
+            ("writers", writers),
+        ]
+    )
+    click.echo()
+    print_fields(sorted(document["config"].items()), title="config")
+
+
+@click.group()
+def config() -> None:
+    """Read or change the log's stored config.
+
+    \b
+    Examples:
+      compactlog config get ./log
+      compactlog config get ./log segment_bytes
+      compactlog config set ./log retention_ms=3d min_cleanable_dirty_ratio=0.3
+    """
+
+
+@config.command("get")
+@path_argument
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@json_option
+def config_get(path: str, names: tuple[str, ...], as_json: bool) -> None:
+    """Print the stored config, or only the NAMEd settings.
+
+    With one NAME and no --json, prints the bare value (for shell scripts).
+
+    \b
+    Examples:
+      compactlog config get ./log
+      compactlog config get ./log segment_bytes
+      compactlog config get ./log cleanup_policy retention_ms --json
+    """
+    with open_read_only(path) as log:
+        values = log.config.to_dict()
+    unknown = [n for n in names if n not in values]
+    if unknown:
+        raise UsageProblem(
+            f"unknown config name(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}"
+        )
+    chosen = {n: values[n] for n in names} if names else values
+    if as_json:
+        emit_json(chosen)
+    elif len(names) == 1:
+        click.echo("none" if chosen[names[0]] is None else chosen[names[0]])
+    else:
+        print_table(("name", "value"), sorted(chosen.items()))
+
+
+@config.command("set")
+@path_argument
+@click.argument("assignments", nargs=-1, required=True, metavar="NAME=VALUE...")
+@force_option
+@json_option
+def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Change settings stored in the log (safe changes only).
+
+    Changes that could lose or strand data are refused with the reason (cleanup_policy;
+    precommit_bytes while a precommit buffer is pending). Writers that already have the
+    log open keep their config until they reopen it, so this refuses while one is running
+    unless --force.
+
+    \b
+    Examples:
+      compactlog config set ./log retention_ms=3d
+      compactlog config set ./log segment_bytes=128MiB compression=zstd
+      compactlog config set ./log retention_bytes=none --json
+    """
+    from .scan import head_of
+
+    directory = log_dir(path)
+    changes = parse_assignments(assignments)
+    with open_read_only(directory) as log:
+        before = log.config.to_dict()
+    for name, value in changes.items():
+        if name in UNSAFE_CHANGES and value != before[name]:
+            raise CliError(f"refusing to change {name}: {UNSAFE_CHANGES[name]}", path=directory)
+    if "precommit_bytes" in changes and changes["precommit_bytes"] != before["precommit_bytes"]:
+        head = head_of(directory)
+        if head is not None and head.precommit_pending:
+            raise CliError(
+                "refusing to change precommit_bytes while the precommit buffer holds pending "
+                "records; let a writer open and flush the log first",
+                path=directory,
+            )
+    with open_for_change(directory, force=force, **changes) as log:
+        after = log.config.to_dict()
+    changed = {n: {"old": before[n], "new": after[n]} for n in changes}
+    if as_json:
+        emit_json({"path": directory, "changed": changed, "config": after})
+        return
+    print_table(
+        ("name", "old", "new"),
+        ((n, c["old"], c["new"]) for n, c in changed.items()),
+        title=f"{directory}: config changed",
+    )

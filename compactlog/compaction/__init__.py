@@ -1,0 +1,73 @@
+"""Key compaction (Kafka's log cleaner) for one log: ``Log.compact()`` calls :func:`compact_log`.
+
+The algorithm is in :mod:`.cleaner` (pure: explicit ``now``, ``should_abort``), the offset
+map and key digests in :mod:`.offset_map`, columnar batch filtering in :mod:`.columns`, the
+statistics in :mod:`.stats`. This module adds what a pass needs around the algorithm: the
+cleaner lock, the uncleanable mark in ``meta``, and retention at the end of every pass.
+See ``docs/compaction.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import CorruptLogError
+from .cleaner import Throttler, clean_log
+from .offset_map import OffsetMap, key_digests
+from .stats import CleanerStats
+
+if TYPE_CHECKING:
+    from ..log import Log
+
+__all__ = ["CleanerStats", "OffsetMap", "Throttler", "compact_log", "key_digests"]
+
+
+def compact_log(
+    log: Log,
+    *,
+    force: bool = False,
+    now_ms: int | None = None,
+    should_abort: Callable[[], bool] | None = None,
+    throttler: Throttler | None = None,
+) -> CleanerStats:
+    """One cleaning pass if due (``force``: whatever the dirty ratio), then retention.
+
+    Takes ``.cleaner.lock`` without waiting: a second cleaner gets
+    :class:`~compactlog.errors.LogLockedError`. A corrupt batch aborts the pass before any
+    file changes; the reason is stored as ``meta.uncleanable`` (cleared by ``repair``) and
+    returned in ``stats.uncleanable``, and later passes skip the log until then.
+    """
+    now = log.clock() if now_ms is None else now_ms
+    with log.cleaner_lock(wait=False):
+        meta = log.reload_meta()
+        config = meta.config
+        if not config.compacted:
+            stats = CleanerStats(forced=force, now_ms=now)
+            stats.skipped = f"cleanup_policy={config.cleanup_policy!r} does not compact"
+        elif meta.uncleanable:
+            stats = CleanerStats(forced=force, now_ms=now)
+            stats.uncleanable = meta.uncleanable
+            stats.skipped = f"log is marked uncleanable ({meta.uncleanable}); run repair"
+        else:
+            try:
+                stats = clean_log(
+                    log.directory,
+                    log.fs,
+                    config,
+                    now=now,
+                    log_start=meta.log_start_offset,
+                    force=force,
+                    should_abort=should_abort,
+                    throttler=throttler,
+                    timestamp_cache=log._timestamp_cache,
+                )
+            except CorruptLogError as error:
+                reason = f"corrupt batch found while cleaning: {error}"
+                log.update_meta(uncleanable=reason)
+                stats = CleanerStats(forced=force, now_ms=now)
+                stats.uncleanable = reason
+                stats.skipped = reason
+        if config.deletes_by_retention or config.deletes_when_consumed:
+            stats.retention = log._enforce_retention_locked(now)
+    return stats

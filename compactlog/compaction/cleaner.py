@@ -1,0 +1,534 @@
+"""The cleaning algorithm (Kafka's ``Cleaner``): pure, given ``now`` and ``should_abort``.
+
+:func:`clean_log` runs one pass over a log directory. The caller holds the cleaner lock
+(``.cleaner.lock``); writers may append and readers read throughout. Only closed segments
+are touched (the newest segment is the writers'), and only through ``swap.py``.
+
+One pass, in order:
+
+1. **Select.** The cleaner point ``p`` (``cleaner.checkpoint``) splits the closed segments
+   into a clean tail and a dirty head. The cleanable head ends at the first uncleanable
+   offset ``u``: the active segment's base, or the base of the first segment holding a
+   record younger than ``min_compaction_lag_ms``. Dirty ratio = dirty bytes / (clean +
+   dirty bytes), counting whole segments. Unless forced, the pass runs only when the ratio
+   is at least ``min_cleanable_dirty_ratio``, when the first dirty record is older than
+   ``max_compaction_lag_ms``, or when tombstones may have expired.
+2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
+   digest). When it fills, it stops at the first record that did not fit: that offset
+   ``e`` is where the cleaner point moves; otherwise ``e = u``.
+3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
+   not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
+4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
+   segment joins the current group while the group's output so far plus the segment's
+   size fits ``segment_bytes`` (and the group spans fewer than 2**32 offsets). A record is
+   kept iff its key has no later record in the map, it is not a tombstone whose
+   ``delete_retention_ms`` (counted from when a pass first moved the cleaner point past
+   it) has run out, and it is not below the log start offset. Batches that lose nothing
+   are copied byte for byte; batches that lose some are re-encoded with their offsets,
+   timestamps and headers; empty batches are dropped. Each group goes to
+   ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
+   :func:`compactlog.swap.replace_segments` (whose docstring is the crash protocol). A
+   group of one segment that lost nothing is left alone.
+5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e`` and the
+   tombstone marks (``[e, now]`` appended when this pass passed tombstones; marks whose
+   tombstones have all expired dropped). Death before this step only repeats work.
+
+``should_abort`` is polled between batches; an abort removes the group in progress and
+leaves the checkpoint as it was (groups already swapped are valid cleaned states).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import filenames, swap
+from ..config import LogConfig
+from ..errors import CorruptLogError
+from ..format import CODECS, RecordBatch
+from ..fsio import FileSystem
+from ..segment import (
+    HEADER_SIZE,
+    SegmentReader,
+    index_path,
+    new_segment_bytes,
+    read_all,
+    segment_path,
+    write_index,
+)
+from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
+from .columns import encode_filtered, filter_batch
+from .offset_map import OffsetMap, key_digests
+from .stats import CleanerStats
+
+MAX_GROUP_OFFSETS = (1 << 32) - 1
+WRITE_CHUNK = 1 << 20
+
+
+class Aborted(Exception):
+    """``should_abort`` returned true."""
+
+
+class Throttler:
+    """Caps read + write bytes per second (Kafka's cleaner throttler): sleeps when ahead."""
+
+    def __init__(
+        self,
+        bytes_per_second: int | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.rate = bytes_per_second
+        self.clock = clock
+        self.sleep = sleep
+        self.start = clock()
+        self.bytes = 0
+        self.slept = 0.0
+
+    def account(self, nbytes: int) -> None:
+        if not self.rate:
+            return
+        self.bytes += nbytes
+        ahead = self.bytes / self.rate - (self.clock() - self.start)
+        if ahead > 0.001:
+            self.sleep(ahead)
+            self.slept += ahead
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    base: int
+    next_base: int
+    size: int
+
+
+def _segments(directory: str) -> tuple[list[Segment], int]:
+    """Closed segments with sizes, and the active segment's base."""
+    from ..segment import list_segments
+
+    bases = list_segments(directory)
+    if not bases:
+        return [], 0
+    closed = [
+        Segment(base, nxt, os.path.getsize(segment_path(directory, base)))
+        for base, nxt in itertools.pairwise(bases)
+    ]
+    return closed, bases[-1]
+
+
+def _max_timestamp(directory: str, base: int) -> int | None:
+    largest = None
+    with SegmentReader(directory, base, last_segment=False) as reader:
+        for _pos, header in reader.headers(HEADER_SIZE):
+            if largest is None or header.max_ts > largest:
+                largest = header.max_ts
+    return largest
+
+
+def _first_dirty_timestamp(directory: str, segments: list[Segment], first_dirty: int) -> int | None:
+    """Timestamp of the first batch holding an offset at or past the cleaner point."""
+    for seg in segments:
+        if seg.next_base <= first_dirty:
+            continue
+        with SegmentReader(directory, seg.base, last_segment=False) as reader:
+            for _pos, header in reader.headers(HEADER_SIZE):
+                if header.next_offset > first_dirty:
+                    return header.first_ts
+    return None
+
+
+class _Marks:
+    """Tombstone marks as arrays: offsets below ``ends[i]`` were first passed by ``ts[i]``."""
+
+    def __init__(self, marks: list[list[int]], now: int) -> None:
+        self.ends = np.array([m[0] for m in marks], dtype=np.int64)
+        self.ts = np.array([m[1] for m in marks], dtype=np.int64)
+        self.now = now
+
+    def first_seen(self, offsets: np.ndarray) -> np.ndarray:
+        """When the cleaner first passed each offset (``now`` when no mark covers it)."""
+        if not len(self.ends):
+            return np.full(len(offsets), self.now, dtype=np.int64)
+        i = np.searchsorted(self.ends, offsets, side="right")
+        return np.where(i < len(self.ts), self.ts[np.minimum(i, len(self.ts) - 1)], self.now)
+
+
+class _GroupWriter:
+    """Writes one group's ``<first>.log.rw`` and collects its index entries."""
+
+    def __init__(self, fs: FileSystem, directory: str, first: int, interval: int) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.first = first
+        self.interval = interval
+        self.segments: list[Segment] = []
+        self.path = filenames.rewrite_name(segment_path(directory, first))
+        self.fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.pending: list[bytes] = [new_segment_bytes()]
+        self.pending_bytes = HEADER_SIZE
+        self.size = HEADER_SIZE
+        self.entries: list[tuple[int, int]] = []
+        self.last_entry = -1
+        self.changed = False
+        self.installing = False  # from here on, the swap protocol owns the files
+
+    def add(self, base_offset: int, data: bytes) -> None:
+        if self.last_entry < 0 or self.size - self.last_entry >= self.interval:
+            self.entries.append((base_offset, self.size))
+            self.last_entry = self.size
+        self.pending.append(data)
+        self.pending_bytes += len(data)
+        self.size += len(data)
+        if self.pending_bytes >= WRITE_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.fs.write(self.fd, b"".join(self.pending))
+            self.pending = []
+            self.pending_bytes = 0
+
+    def finish(self) -> None:
+        self._flush()
+        self.fs.close(self.fd)
+        self.fd = -1
+        write_index(self.fs, self.directory, self.first, self.entries, temp=True)
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            self.fs.close(self.fd)
+            self.fd = -1
+        for path in (self.path, filenames.rewrite_name(index_path(self.directory, self.first))):
+            try:
+                self.fs.remove(path)
+            except FileNotFoundError:
+                pass
+
+
+def _batches(directory: str, base: int) -> Iterator[RecordBatch]:
+    with SegmentReader(directory, base, last_segment=False) as reader:
+        yield from reader.batches(HEADER_SIZE)
+
+
+def clean_log(
+    directory: str,
+    fs: FileSystem,
+    config: LogConfig,
+    *,
+    now: int,
+    log_start: int,
+    force: bool = False,
+    should_abort: Callable[[], bool] | None = None,
+    throttler: Throttler | None = None,
+    timestamp_cache: dict[tuple[int, int, int], int | None] | None = None,
+) -> CleanerStats:
+    """One cleaning pass (steps 1-5 of the module docstring). Caller holds the cleaner
+    lock. Raises :class:`CorruptLogError` (nothing changed) on a corrupt batch; an abort
+    returns statistics with ``aborted`` set."""
+    started = time.perf_counter()
+    stats = CleanerStats(forced=force, now_ms=now)
+    try:
+        return _clean(
+            directory, fs, config, stats, started, now, log_start, force, should_abort,
+            throttler, timestamp_cache,
+        )
+    except Aborted:
+        stats.aborted = True
+        stats.skipped = "aborted (should_abort)"
+        return _done(stats, started)
+
+
+def _clean(
+    directory: str,
+    fs: FileSystem,
+    config: LogConfig,
+    stats: CleanerStats,
+    started: float,
+    now: int,
+    log_start: int,
+    force: bool,
+    should_abort: Callable[[], bool] | None,
+    throttler: Throttler | None,
+    timestamp_cache: dict[tuple[int, int, int], int | None] | None,
+) -> CleanerStats:
+    throttle = throttler or Throttler(config.cleaner_io_bytes_per_second)
+    abort = should_abort or (lambda: False)
+    _resolve_leftovers(fs, directory, stats)
+    state = read_cleaner_state(directory)
+    segments, active_base = _segments(directory)
+    # -- 1. select -----------------------------------------------------------------------
+    if not segments:
+        stats.skipped = "no closed segment (the active segment is never cleaned)"
+        return _done(stats, started)
+    first_dirty = max(state.first_dirty_offset, log_start, segments[0].base)
+    first_dirty = min(first_dirty, active_base)
+    uncleanable = active_base
+    if config.min_compaction_lag_ms > 0:
+        horizon = now - config.min_compaction_lag_ms
+        for seg in segments:
+            if seg.next_base <= first_dirty:
+                continue
+            stat = os.stat(segment_path(directory, seg.base))
+            key = (seg.base, stat.st_ino, stat.st_size)
+            cache = timestamp_cache if timestamp_cache is not None else {}
+            if key not in cache:
+                cache[key] = _max_timestamp(directory, seg.base)
+            largest = cache[key]
+            if largest is not None and largest > horizon:
+                uncleanable = seg.base
+                break
+    uncleanable = max(uncleanable, first_dirty)
+    clean_bytes = sum(s.size for s in segments if s.next_base <= first_dirty)
+    dirty_bytes = sum(
+        s.size for s in segments if s.next_base > first_dirty and s.base < uncleanable
+    )
+    total = clean_bytes + dirty_bytes
+    ratio = dirty_bytes / total if total else 0.0
+    stats.clean_bytes, stats.dirty_bytes, stats.dirty_ratio = clean_bytes, dirty_bytes, ratio
+    stats.first_dirty_offset = first_dirty
+    stats.first_uncleanable_offset = uncleanable
+    stats.new_first_dirty_offset = first_dirty
+    has_head = uncleanable > first_dirty and dirty_bytes > 0
+    if not force:
+        reason = _why_clean(config, state, directory, segments, first_dirty, ratio, has_head, now)
+        if reason is None:
+            stats.skipped = (
+                f"dirty ratio {ratio:.3f} below min_cleanable_dirty_ratio "
+                f"{config.min_cleanable_dirty_ratio}, nothing past max_compaction_lag_ms "
+                "and no tombstone due to expire"
+            )
+            return _done(stats, started)
+        stats.extra["reason"] = reason
+    # -- 2. build the offset map -------------------------------------------------------
+    offset_map = OffsetMap(config.cleaner_buffer_bytes)
+    stats.map_capacity = offset_map.capacity
+    verified: set[int] = set()
+    map_end = first_dirty
+    if has_head:
+        map_end = _build_map(
+            directory, segments, first_dirty, uncleanable, offset_map, stats, throttle, abort,
+            verified,
+        )
+    stats.map_seconds = time.perf_counter() - started
+    stats.map_entries = len(offset_map)
+    stats.map_full = offset_map.full
+    # -- 3. verify -----------------------------------------------------------------------
+    to_clean = [s for s in segments if s.base < map_end]
+    if not to_clean:
+        stats.skipped = "nothing to clean below the first uncleanable offset"
+        return _done(stats, started)
+    for seg in to_clean:
+        if seg.base in verified:
+            continue
+        with SegmentReader(directory, seg.base, last_segment=False) as reader:
+            for _pos, header in reader.headers(HEADER_SIZE):
+                stats.verify_bytes_read += header.length
+                throttle.account(header.length)
+            if abort():
+                raise Aborted
+    # -- 4. rewrite ----------------------------------------------------------------------
+    clean_start = time.perf_counter()
+    marks = _Marks(state.tombstone_marks, now)
+    context = _Context(
+        config, offset_map, marks, now, first_dirty, map_end, log_start, stats, throttle, abort
+    )
+    stats.segments_before = len(to_clean)
+    group: _GroupWriter | None = None
+    try:
+        for seg in to_clean:
+            if group is not None and (
+                group.size + seg.size > config.segment_bytes
+                or seg.next_base - group.first > MAX_GROUP_OFFSETS
+            ):
+                _install(fs, directory, group, stats)
+                group = None
+            if group is None:
+                group = _GroupWriter(fs, directory, seg.base, config.index_interval_bytes)
+            group.segments.append(seg)
+            _clean_segment(directory, seg, group, context)
+        if group is not None:
+            _install(fs, directory, group, stats)
+            group = None
+    except BaseException:
+        if group is not None and not group.installing:
+            group.discard()
+        raise
+    stats.clean_seconds = time.perf_counter() - clean_start
+    stats.throttled_seconds = throttle.slept
+    # -- 5. checkpoint -------------------------------------------------------------------
+    retention_ms = config.delete_retention_ms
+    kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
+    if context.head_tombstones:
+        kept_marks.append([map_end, now])
+    write_cleaner_state(fs, directory, CleanerState(map_end, kept_marks))
+    stats.new_first_dirty_offset = map_end
+    stats.cleaned = True
+    return _done(stats, started)
+
+
+def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> None:
+    """Finish or undo a swap an earlier pass left (it died or failed mid-protocol), and
+    remove unfinished rewrites: the same as recovery's pass 2, under our cleaner lock."""
+    messages = swap.resolve_interrupted_swap(fs, directory)
+    for name in sorted(os.listdir(directory)):
+        if filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
+            fs.remove(os.path.join(directory, name))
+            messages.append(f"removed unfinished rewrite {name}")
+    if messages:
+        stats.extra["recovered"] = messages
+
+
+def _done(stats: CleanerStats, started: float) -> CleanerStats:
+    stats.elapsed_seconds = time.perf_counter() - started
+    return stats
+
+
+def _why_clean(
+    config: LogConfig,
+    state: CleanerState,
+    directory: str,
+    segments: list[Segment],
+    first_dirty: int,
+    ratio: float,
+    has_head: bool,
+    now: int,
+) -> str | None:
+    """Why an unforced pass is due (``None``: it is not)."""
+    if has_head and ratio >= config.min_cleanable_dirty_ratio:
+        return f"dirty ratio {ratio:.3f} >= {config.min_cleanable_dirty_ratio}"
+    if has_head and config.max_compaction_lag_ms is not None:
+        first_ts = _first_dirty_timestamp(directory, segments, first_dirty)
+        if first_ts is not None and now - first_ts > config.max_compaction_lag_ms:
+            return f"first dirty record is older than max_compaction_lag_ms ({now - first_ts} ms)"
+    if any(m[1] + config.delete_retention_ms <= now for m in state.tombstone_marks):
+        return "tombstones passed delete_retention_ms"
+    return None
+
+
+def _build_map(
+    directory: str,
+    segments: list[Segment],
+    first_dirty: int,
+    uncleanable: int,
+    offset_map: OffsetMap,
+    stats: CleanerStats,
+    throttle: Throttler,
+    abort: Callable[[], bool],
+    verified: set[int],
+) -> int:
+    """Step 2: feed the head to the map; returns the offset where the map ends."""
+    for seg in segments:
+        if seg.next_base <= first_dirty or seg.base >= uncleanable:
+            continue
+        for batch in _batches(directory, seg.base):
+            stats.map_bytes_read += batch.size_bytes
+            throttle.account(batch.size_bytes)
+            if batch.next_offset <= first_dirty:
+                continue
+            if abort():
+                raise Aborted
+            offsets = batch.offsets
+            mask = (offsets >= first_dirty) & (batch.key_lengths >= 0)
+            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+            if not mask.all():
+                hi, lo, offsets = hi[mask], lo[mask], offsets[mask]
+            stats.map_records += len(offsets)
+            if not offset_map.put(hi, lo, offsets):
+                offset_map.flush()
+                assert offset_map.full_at is not None
+                return offset_map.full_at
+        verified.add(seg.base)
+    offset_map.flush()
+    if offset_map.full_at is not None:
+        return offset_map.full_at
+    return uncleanable
+
+
+@dataclass
+class _Context:
+    config: LogConfig
+    offset_map: OffsetMap
+    marks: _Marks
+    now: int
+    first_dirty: int
+    map_end: int
+    log_start: int
+    stats: CleanerStats
+    throttle: Throttler
+    abort: Callable[[], bool]
+    head_tombstones: int = 0
+
+
+def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
+    """Filter one segment into the group's rewrite."""
+    stats = ctx.stats
+    codec = CODECS[ctx.config.compression]
+    level = ctx.config.compression_level
+    retention = ctx.config.delete_retention_ms
+    with SegmentReader(directory, seg.base, last_segment=False) as reader:
+        for batch in reader.batches(HEADER_SIZE):
+            if ctx.abort():
+                raise Aborted
+            size = batch.size_bytes
+            stats.bytes_read += size
+            ctx.throttle.account(size)
+            count = len(batch)
+            offsets = batch.offsets
+            has_key = batch.key_lengths >= 0
+            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+            latest = ctx.offset_map.get(hi, lo)
+            drop = has_key & (latest > offsets)
+            tombstone = batch.value_lengths < 0
+            if tombstone.any():
+                passed = tombstone & (offsets < ctx.first_dirty)
+                if passed.any():
+                    expired = passed & (ctx.marks.first_seen(offsets) + retention <= ctx.now)
+                    drop |= expired
+                first_pass = tombstone & ~drop & (offsets >= ctx.first_dirty)
+                ctx.head_tombstones += int((first_pass & (offsets < ctx.map_end)).sum())
+            if count and int(offsets[0]) < ctx.log_start:
+                drop |= offsets < ctx.log_start
+            removed = int(drop.sum())
+            stats.records_read += count
+            stats.records_removed += removed
+            stats.records_retained += count - removed
+            stats.tombstones_removed += int((tombstone & drop).sum())
+            stats.tombstones_retained += int((tombstone & ~drop).sum())
+            if removed == 0:
+                data = read_all(reader.fd, batch.position, size)
+                stats.batches_copied += 1
+            elif removed == count:
+                stats.batches_dropped += 1
+                group.changed = True
+                continue
+            else:
+                data = encode_filtered(filter_batch(batch, ~drop), codec, level)
+                stats.batches_rewritten += 1
+                group.changed = True
+            group.add(batch.base_offset, data)
+            stats.bytes_written += len(data)
+            ctx.throttle.account(len(data))
+
+
+def _install(fs: FileSystem, directory: str, group: _GroupWriter, stats: CleanerStats) -> None:
+    """Finish a group: swap it in, or drop the rewrite when it changes nothing."""
+    group.finish()
+    if len(group.segments) == 1 and not group.changed:
+        group.discard()
+        stats.groups_unchanged += 1
+    else:
+        group.installing = True
+        swap.replace_segments(
+            fs, directory, group.first, [s.base for s in group.segments[1:]]
+        )
+        stats.groups_swapped += 1
+    stats.segments_after += 1
+
+
+__all__ = ["Aborted", "CleanerStats", "CorruptLogError", "Throttler", "clean_log"]

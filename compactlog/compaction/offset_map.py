@@ -1,0 +1,295 @@
+"""Key digests and the cleaner's offset map (Kafka's ``SkimpyOffsetMap``, in numpy).
+
+Digests
+    Every key is reduced to a 128-bit digest, two ``uint64`` lanes ``(hi, lo)``. Keys of at
+    most :data:`VECTOR_KEY_BYTES` bytes are hashed for a whole batch at once with numpy: keys
+    of the same word count are laid out as a zero-padded ``(n, words)`` matrix of
+    little-endian ``uint64`` words and each lane runs ``h = mix((h ^ word) * C)`` over the
+    columns (a key of ``w`` words is mixed exactly ``w`` times, never more), then a
+    ``fmix64`` finaliser (MurmurHash3's). The key length seeds both lanes, so ``b"a"`` and
+    ``b"a\\0"`` differ. Every step is a bijection of ``h``, so two keys of equal length that
+    differ in one word never collide in a lane; otherwise a lane behaves like a random
+    64-bit function and the pair like a 128-bit one. The hash is not cryptographic: keys
+    chosen by an adversary could be made to collide. Longer keys (rare) are hashed one by
+    one with ``blake2b(digest_size=16)``. The same key always gets the same digest,
+    whichever path hashes it.
+
+Offset map
+    :class:`OffsetMap` keeps, for each digest, the largest offset seen, in three parallel
+    numpy arrays sorted by ``(hi, lo)``: exactly 24 bytes per key, at most
+    ``cleaner_buffer_bytes // 24`` keys. Inserts are staged (a few hundred thousand at a
+    time) and merged in bulk: sort the stage, drop duplicates keeping the latest offset,
+    update keys already present in place and ``np.insert`` the new ones. When a merge would
+    exceed the capacity, only the prefix of the stage (in offset order) whose new keys fit
+    is merged; :attr:`OffsetMap.full_at` then names the first offset left out, and the
+    cleaner moves its cleaner point exactly that far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+BYTES_PER_ENTRY = 24
+VECTOR_KEY_BYTES = 64
+MIN_STAGE = 1 << 16
+
+_U64 = np.uint64
+_C1 = _U64(0x9E3779B97F4A7C15)
+_C2 = _U64(0xC2B2AE3D27D4EB4F)
+_F1 = _U64(0xFF51AFD7ED558CCD)
+_F2 = _U64(0xC4CEB9FE1A85EC53)
+_SEED1 = _U64(0x243F6A8885A308D3)
+_SEED2 = _U64(0x13198A2E03707344)
+_S29 = _U64(29)
+_S31 = _U64(31)
+_S32 = _U64(32)
+_S33 = _U64(33)
+
+
+def _fmix(h: np.ndarray) -> np.ndarray:
+    h ^= h >> _S33
+    h *= _F1
+    h ^= h >> _S33
+    h *= _F2
+    h ^= h >> _S33
+    return h
+
+
+def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both lanes over a ``(n, w)`` uint64 word matrix of zero-padded keys."""
+    n, width = words.shape
+    length = lengths.astype(np.uint64)
+    h1 = length * _C1
+    h1 ^= _SEED1
+    h2 = length * _C2
+    h2 ^= _SEED2
+    for column in range(width):
+        word = np.ascontiguousarray(words[:, column])
+        h1 ^= word
+        h1 *= _C1
+        h1 ^= h1 >> _S32
+        h2 += word
+        h2 *= _C2
+        h2 ^= h2 >> _S29
+        h2 ^= h2 >> _S31
+    return _fmix(h1), _fmix(h2)
+
+
+def _blake(key: bytes) -> tuple[int, int]:
+    digest = hashlib.blake2b(key, digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+
+
+def key_digests(
+    blob: bytes | memoryview, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """128-bit digests ``(hi, lo)`` of the keys laid end to end in ``blob``.
+
+    ``lengths[i]`` is the length of key *i*; a negative length (no key) hashes as empty —
+    callers keep keyless records out of the map.
+    """
+    n = len(lengths)
+    hi = np.empty(n, dtype=np.uint64)
+    lo = np.empty(n, dtype=np.uint64)
+    if n == 0:
+        return hi, lo
+    raw = np.frombuffer(blob, dtype=np.uint8)
+    sizes = np.maximum(lengths, 0).astype(np.int64)
+    first = int(sizes[0])
+    if first <= VECTOR_KEY_BYTES and bool((sizes == first).all()):
+        width = (first + 7) // 8
+        if width == 0:
+            return _hash_words(np.zeros((n, 1), np.uint64), sizes)
+        matrix = raw[: n * first].reshape(n, first)
+        if first % 8:
+            padded = np.zeros((n, width * 8), dtype=np.uint8)
+            padded[:, :first] = matrix
+            matrix = padded
+        else:
+            matrix = np.ascontiguousarray(matrix)
+        return _hash_words(matrix.view("<u8"), sizes)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    short = sizes <= VECTOR_KEY_BYTES
+    word_counts = np.maximum((sizes + 7) // 8, 1)
+    for width in np.unique(word_counts[short]).tolist():
+        index = np.flatnonzero(short & (word_counts == width))
+        s_sizes = sizes[index]
+        columns = np.arange(width * 8, dtype=np.int64)
+        positions = starts[index][:, None] + columns[None, :]
+        inside = columns[None, :] < s_sizes[:, None]
+        np.minimum(positions, max(len(raw) - 1, 0), out=positions)
+        matrix = raw[positions] if len(raw) else np.zeros(positions.shape, np.uint8)
+        matrix[~inside] = 0
+        h1, h2 = _hash_words(np.ascontiguousarray(matrix).view("<u8"), s_sizes)
+        hi[index] = h1
+        lo[index] = h2
+    view = memoryview(blob)
+    for i in np.flatnonzero(~short).tolist():
+        a, b = _blake(bytes(view[int(starts[i]) : int(ends[i])]))
+        hi[i] = a
+        lo[i] = b
+    return hi, lo
+
+
+class OffsetMap:
+    """Latest offset per key digest, in sorted numpy arrays (24 bytes per key).
+
+    ``put`` stages ``(hi, lo, offset)`` triples given in offset order; ``get`` answers for a
+    whole batch at once (and merges the stage first). ``full_at`` is ``None`` until an insert
+    did not fit; then it is the offset of the first record left out.
+    """
+
+    def __init__(self, buffer_bytes: int) -> None:
+        self.capacity = max(buffer_bytes // BYTES_PER_ENTRY, 1)
+        self.hi = np.empty(0, dtype=np.uint64)
+        self.lo = np.empty(0, dtype=np.uint64)
+        self.off = np.empty(0, dtype=np.int64)
+        self._stage: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._staged = 0
+        self.full_at: int | None = None
+        self.latest_offset = -1  # largest offset put so far (and accepted)
+        self.inserts = 0
+        self._hi_shared = False  # do two entries share ``hi``? (2**-64 odds per pair)
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.hi.nbytes + self.lo.nbytes + self.off.nbytes
+
+    @property
+    def utilization(self) -> float:
+        return len(self.hi) / self.capacity
+
+    @property
+    def full(self) -> bool:
+        return self.full_at is not None
+
+    # -- inserting ---------------------------------------------------------------------
+    def put(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> bool:
+        """Stage one batch of keys (ascending offsets). False once the map is full: the
+        caller stops feeding it and reads ``full_at``."""
+        if self.full_at is not None:
+            return False
+        if len(offsets) == 0:
+            return True
+        self._stage.append((hi, lo, offsets.astype(np.int64, copy=False)))
+        self._staged += len(offsets)
+        if self._staged >= max(MIN_STAGE, len(self.hi) // 2) or self._staged > self.capacity:
+            self.flush()
+        return self.full_at is None
+
+    def flush(self) -> None:
+        """Merge the stage into the sorted arrays (cut at the capacity)."""
+        if not self._stage:
+            return
+        s_hi = np.concatenate([s[0] for s in self._stage])
+        s_lo = np.concatenate([s[1] for s in self._stage])
+        s_off = np.concatenate([s[2] for s in self._stage])
+        self._stage.clear()
+        self._staged = 0
+        self._merge(s_hi, s_lo, s_off)
+
+    def _merge(self, s_hi: np.ndarray, s_lo: np.ndarray, s_off: np.ndarray) -> None:
+        count = len(s_off)
+        order = np.argsort(s_hi)
+        o_hi = s_hi[order]
+        o_lo = s_lo[order]
+        same_hi = o_hi[1:] == o_hi[:-1]
+        if bool((same_hi & (o_lo[1:] != o_lo[:-1])).any()):
+            # distinct keys sharing ``hi``: sort by the whole digest so equal keys are adjacent
+            order = np.lexsort((s_lo, s_hi))
+            o_hi = s_hi[order]
+            o_lo = s_lo[order]
+            same_hi = o_hi[1:] == o_hi[:-1]
+        starts_group = np.empty(count, dtype=bool)
+        starts_group[0] = True
+        np.logical_not(same_hi & (o_lo[1:] == o_lo[:-1]), out=starts_group[1:])
+        firsts = np.flatnonzero(starts_group)
+        u_hi = o_hi[firsts]
+        u_lo = o_lo[firsts]
+        # offsets ascend along the stage, so a key's latest offset is its largest and its
+        # first occurrence is its smallest stage position
+        u_off = np.maximum.reduceat(s_off[order], firsts)
+        found, where = self._locate(u_hi, u_lo)
+        new = ~found
+        new_count = int(new.sum())
+        room = self.capacity - len(self.hi)
+        if new_count > room:
+            # keep the prefix of the stage (offset order) whose new keys fit
+            first_positions = np.sort(np.minimum.reduceat(order, firsts)[new])
+            cut = int(first_positions[room])
+            self.full_at = int(s_off[cut])
+            if cut > 0:
+                self._merge(s_hi[:cut], s_lo[:cut], s_off[:cut])
+            self.full_at = int(s_off[cut])
+            return
+        self.inserts += count
+        self.latest_offset = max(self.latest_offset, int(s_off[-1]))
+        if len(where) and found.any():
+            self.off[where[found]] = u_off[found]
+        if new_count:
+            n_hi = u_hi[new]
+            n_lo = u_lo[new]
+            positions = self._insert_positions(n_hi, n_lo)
+            self.hi = np.insert(self.hi, positions, n_hi)
+            self.lo = np.insert(self.lo, positions, n_lo)
+            self.off = np.insert(self.off, positions, u_off[new])
+            self._hi_shared = bool((self.hi[1:] == self.hi[:-1]).any())
+
+    # -- searching ---------------------------------------------------------------------
+    def _locate(self, q_hi: np.ndarray, q_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, index of the entry where found) for each query digest."""
+        size = len(self.hi)
+        if size == 0:
+            return np.zeros(len(q_hi), dtype=bool), np.zeros(len(q_hi), dtype=np.int64)
+        # sorted queries search about three times faster (numpy reuses the last bound)
+        order = np.argsort(q_hi)
+        left = np.empty(len(q_hi), dtype=np.int64)
+        left[order] = np.searchsorted(self.hi, q_hi[order], side="left")
+        clipped = np.minimum(left, size - 1)
+        found = (self.hi[clipped] == q_hi) & (self.lo[clipped] == q_lo)
+        if self._hi_shared:
+            # entries sharing ``hi`` (a 64-bit partial collision): check them one by one
+            right = np.searchsorted(self.hi, q_hi, side="right")
+            for i in np.flatnonzero((right - left > 1) & ~found).tolist():
+                for j in range(int(left[i]), int(right[i])):
+                    if self.lo[j] == q_lo[i]:
+                        found[i] = True
+                        clipped[i] = j
+                        break
+        return found, clipped
+
+    def _insert_positions(self, n_hi: np.ndarray, n_lo: np.ndarray) -> np.ndarray:
+        """Where to insert new (sorted, distinct, absent) digests to keep ``(hi, lo)`` order."""
+        left = np.searchsorted(self.hi, n_hi, side="left")
+        right = np.searchsorted(self.hi, n_hi, side="right")
+        positions = left.copy()
+        for i in np.flatnonzero(right > left).tolist():
+            j = int(left[i])
+            while j < int(right[i]) and self.lo[j] < n_lo[i]:
+                j += 1
+            positions[i] = j
+        return positions
+
+    def get(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """The latest offset of each digest, -1 where the key is not in the map."""
+        self.flush()
+        found, where = self._locate(hi, lo)
+        result = np.full(len(hi), -1, dtype=np.int64)
+        if found.any():
+            result[found] = self.off[where[found]]
+        return result
+
+    def _check(self) -> None:
+        """Invariants: sorted by (hi, lo), distinct, within capacity."""
+        assert len(self.hi) == len(self.lo) == len(self.off) <= self.capacity
+        if len(self.hi) > 1:
+            order = np.lexsort((self.lo, self.hi))
+            assert (order == np.arange(len(order))).all(), "offset map not sorted"
+            same = (self.hi[1:] == self.hi[:-1]) & (self.lo[1:] == self.lo[:-1])
+            assert not same.any(), "duplicate digest in offset map"

@@ -1,0 +1,138 @@
+"""The latest state: the newest non-tombstone record of every key below an offset.
+
+Correct whether or not the log was compacted (the dirty head may hold several versions of
+a key): two passes over the same open segment files. Pass 1 builds an exact map from key
+digest to latest offset (:class:`~compactlog.compaction.offset_map.OffsetMap` without a
+capacity limit, 24 bytes per distinct key); pass 2 keeps each record whose offset is the
+latest of its key and that is not a tombstone. Both passes are columnar
+(:func:`latest_batches` yields filtered :class:`~compactlog.format.RecordBatch` objects);
+:func:`latest_records` turns them into :class:`~compactlog.format.Record` objects.
+
+Consistency: every segment overlapping the range is opened before pass 1 and both passes
+read those descriptors, so a cleaner swapping segments meanwhile (or retention removing
+them) changes nothing the passes see: the old files stay readable through their open
+descriptors. Output is in offset order. As with Kafka, ``as_of`` below the cleaned part of
+the log gives *at least* the state as of ``as_of`` for keys not rewritten since: compaction
+keeps only the latest record of a key, so a key whose record before ``as_of`` was
+superseded by one at or after ``as_of`` may be missing.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .compaction.columns import filter_batch
+from .compaction.offset_map import OffsetMap, key_digests
+from .errors import MissingSegmentError
+from .format import Record, RecordBatch
+from .segment import HEADER_SIZE, SegmentReader, list_segments
+
+if TYPE_CHECKING:
+    from .log import Log
+
+UNLIMITED = 1 << 62
+OPEN_ATTEMPTS = 20
+
+class _OpenSegments:
+    """Every segment overlapping ``[start, end)``, opened at once (a file-level snapshot)."""
+
+    def __init__(self, directory: str, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
+        self.readers: list[SegmentReader] = []
+        for attempt in range(OPEN_ATTEMPTS):
+            bases = list_segments(directory)
+            first = max(bisect.bisect_right(bases, start) - 1, 0)
+            try:
+                for i in range(first, len(bases)):
+                    if bases[i] >= end:
+                        break
+                    self.readers.append(
+                        SegmentReader(directory, bases[i], last_segment=i == len(bases) - 1)
+                    )
+                return
+            except MissingSegmentError:
+                # a cleaner or retention removed a segment between listing and opening
+                self.close()
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
+        self.readers = []
+
+    def __enter__(self) -> _OpenSegments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def batches(self) -> Iterator[RecordBatch]:
+        """Batches holding offsets in ``[start, end)``, each offset at most once.
+
+        Follows offsets: a listing taken in the middle of a segment swap may show a merged
+        first segment next to the old segments it replaces; offsets already seen are skipped.
+        """
+        next_offset = self.start
+        end = self.end
+        for reader in self.readers:
+            for batch in reader.batches(HEADER_SIZE):
+                if batch.next_offset <= next_offset:
+                    continue
+                if batch.base_offset >= end:
+                    return
+                offsets = batch.offsets
+                if len(offsets) and (offsets[0] < next_offset or offsets[-1] >= end):
+                    batch = filter_batch(batch, (offsets >= next_offset) & (offsets < end))
+                next_offset = batch.next_offset
+                if len(batch):
+                    yield batch
+
+def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
+    """Columnar :func:`latest_records`: batches holding only each key's latest record below
+    ``as_of`` (default: the end offset at the call), tombstones and keyless records left out.
+    """
+    end = log.end_offset if as_of is None else as_of
+    start = log.start_offset
+    if end <= start:
+        return
+    with _OpenSegments(log.directory, start, end) as segments:
+        latest = OffsetMap(UNLIMITED)
+        for batch in segments.batches():
+            has_key = batch.key_lengths >= 0
+            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+            offsets = batch.offsets
+            if not has_key.all():
+                hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
+            latest.put(hi, lo, offsets)
+        latest.flush()
+        for batch in segments.batches():
+            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+            keep = (
+                (latest.get(hi, lo) == batch.offsets)
+                & (batch.key_lengths >= 0)
+                & (batch.value_lengths >= 0)
+            )
+            if bool(keep.all()):
+                yield batch
+            elif bool(keep.any()):
+                yield filter_batch(batch, keep)
+
+def latest_records(log: Log, as_of: int | None = None) -> Iterator[Record]:
+    """The latest non-tombstone record of every key among offsets below ``as_of``, in
+    offset order."""
+    for batch in latest_batches(log, as_of):
+        yield from batch.records()
+
+def latest_dict(log: Log, as_of: int | None = None) -> dict[bytes, bytes]:
+    """``{key: value}`` of the latest state (a convenience for small logs and tests)."""
+    result: dict[bytes, bytes] = {}
+    for record in latest_records(log, as_of):
+        assert record.key is not None and record.value is not None
+        result[record.key] = record.value
+    return result
+
+__all__ = ["latest_batches", "latest_dict", "latest_records"]

@@ -1,0 +1,777 @@
+"""Subscribers: independent readers of one log, durable (checkpointed) or transient (JLog).
+
+A durable subscriber keeps its committed position in ``cp.<hex(name)>`` (``state_files``);
+a name starting with ``~`` is transient: it starts at the end of the log, keeps no file and
+its :meth:`Subscriber.commit` does nothing. Positions are offsets, and offsets never change
+(compaction keeps them), so a checkpoint stays valid across cleans.
+
+Reading (the tailing fast path). A subscriber keeps a *cursor*: an open descriptor on the
+segment holding its position, the byte position of the next batch there and the unparsed
+rest of the last chunk it read. Each poll reads the shared head from ``.lock`` (one
+``pread``) and parses whole batches only up to what the head says is written: for the
+active segment up to ``head.active_size``, so an append in progress is never looked at; a
+closed segment is read to its end. When a segment is exhausted the cursor is re-established
+*by offset* from a fresh directory listing, exactly like ``reader.iter_batches``: a segment
+the cleaner replaced is read to its end as it was (our descriptor keeps the old inode) and
+the next lookup lands wherever the following offsets live now.
+
+Falling behind the log start. Retention may delete segments a subscriber has not read
+(``delete`` policy, or an operator's repair; ``consumed`` retention never does that to a
+durable subscriber). Whenever the cursor is (re)established, the position is compared
+with the log start offset in ``meta``; if it is below, the subscriber resumes at the log
+start, appends a :class:`SkipEvent` to :attr:`Subscriber.skipped` and logs a warning on the
+``compactlog.subscriber`` logger. It never stalls (JLog's stalled-subscriber pathology).
+
+Waiting. ``poll(timeout_s=t)`` waits for the head's end offset to pass the position. On
+Linux it watches ``.lock`` with inotify (every head update is a ``pwrite`` there, by any
+process, so the wake-up is immediate); it re-checks at least every
+``INOTIFY_SAFETY_S`` in case an event is lost. Where inotify is missing or found not to
+fire, it sleeps in steps growing from 50 us to 2 ms between reads of the head.
+
+Crash safety of :meth:`Subscriber.commit`: the checkpoint is replaced by
+``FileSystem.write_atomic`` (temp, fsync, rename, fsync directory), so a ``kill -9`` at any
+instant leaves the old or the new position. A restarted subscriber resumes at its last
+committed position: it re-delivers what it had not committed (at-least-once) and never
+skips.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import logging
+import os
+import select
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import filenames
+from .errors import CorruptLogError, LogClosedError, MissingSegmentError, SubscriberError
+from .format import BATCH_HEADER, Record, RecordBatch, check_batch, decode_batch, read_batch_header
+from .head import Head, read_head
+from .reader import iter_batches
+from .segment import (
+    HEADER_SIZE,
+    SegmentReader,
+    check_segment_header,
+    list_segments,
+    lookup_position,
+    read_all,
+    read_index,
+    segment_path,
+)
+from .state_files import read_checkpoint_file, read_meta, write_checkpoint
+
+if TYPE_CHECKING:
+    from .log import Log
+
+logger = logging.getLogger("compactlog.subscriber")
+
+TRANSIENT_PREFIX = "~"
+MAX_NAME_BYTES = 255
+READ_CHUNK = 1 << 20  # bytes read from a segment at a time (the rest is kept for later polls)
+SLEEP_MIN_S = 50e-6  # sleep-polling: first sleep between reads of the head ...
+SLEEP_MAX_S = 2e-3  # ... doubling up to this
+INOTIFY_SAFETY_S = 0.05  # with inotify: re-check the head at least this often
+COMMIT_ATTEMPTS = 3  # a log opened elsewhere removes stray ``.tmp`` files: retry then
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def validate_name(name: object) -> str:
+    """The name itself if it is a valid subscriber name, else :class:`SubscriberError`."""
+    if not isinstance(name, str):
+        raise SubscriberError(f"a subscriber name must be a str, not {type(name).__name__}")
+    if not name:
+        raise SubscriberError("a subscriber name must not be empty")
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise SubscriberError(f"subscriber name {name!r} is not valid UTF-8 ({error})") from None
+    if len(encoded) > MAX_NAME_BYTES:
+        raise SubscriberError(
+            f"subscriber name is {len(encoded)} bytes in UTF-8; at most {MAX_NAME_BYTES} allowed"
+        )
+    return name
+
+
+def is_transient(name: str) -> bool:
+    return name.startswith(TRANSIENT_PREFIX)
+
+
+def _load_checkpoint(directory: str, name: str) -> int | None:
+    """The committed offset of durable subscriber ``name``, or ``None`` if it has none."""
+    file_name = filenames.checkpoint_name(name)
+    try:
+        stored, offset = read_checkpoint_file(directory, file_name)
+    except FileNotFoundError:
+        return None
+    if stored != name:
+        raise SubscriberError(
+            f"checkpoint {file_name} belongs to subscriber {stored!r}, not {name!r}",
+            path=directory,
+        )
+    return offset
+
+
+def _log_start(directory: str) -> int:
+    """The log start offset as ``meta`` on disk says now (other processes move it)."""
+    return read_meta(directory).log_start_offset
+
+
+# -- events and reports ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEvent:
+    """Offsets a subscriber never saw: its position was below the log start offset."""
+
+    subscriber: str
+    from_offset: int  # the position it had
+    to_offset: int  # the log start it resumed at
+    at_ms: int  # the log's clock when it noticed
+
+    @property
+    def offsets_skipped(self) -> int:
+        return self.to_offset - self.from_offset
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberLag:
+    """One durable subscriber, as an operator sees it (JLog's ``jlogctl subscriber``)."""
+
+    name: str
+    committed: int
+    lag_records: int  # offsets from the committed position to the end (an upper bound)
+    lag_bytes: int  # segment bytes at or after the committed position
+    lag_segments: int  # segments holding unread bytes
+    pending_segments: int  # closed segments not fully consumed: consumed retention keeps them
+    below_log_start: bool  # it will skip to the log start on its next poll
+
+
+def backlog(log: Log, offset: int) -> tuple[int, int]:
+    """``(bytes, segments)`` of segment data holding offsets at or after ``offset``."""
+    directory = log.directory
+    bases = list_segments(directory)
+    if not bases:
+        return 0, 0
+    i = max(bisect.bisect_right(bases, offset) - 1, 0)
+    total = 0
+    segments = 0
+    for j in range(i, len(bases)):
+        base = bases[j]
+        try:
+            size = os.path.getsize(segment_path(directory, base))
+            skip = _byte_position(directory, base, offset, last=j == len(bases) - 1)
+        except (FileNotFoundError, MissingSegmentError):
+            continue  # removed meanwhile
+        unread = max(size - skip, 0)
+        if unread:
+            total += unread
+            segments += 1
+    return total, segments
+
+
+def _byte_position(directory: str, base: int, offset: int, *, last: bool) -> int:
+    """Byte position in segment ``base`` of the first batch holding an offset >= ``offset``."""
+    if offset <= base:
+        return HEADER_SIZE
+    hint = lookup_position(read_index(directory, base), base, offset)
+    with SegmentReader(directory, base, last_segment=last) as reader:
+        end = os.fstat(reader.fd).st_size
+        for start in (hint, HEADER_SIZE) if hint != HEADER_SIZE else (hint,):
+            try:
+                for position, header in reader.headers(start):
+                    if header.next_offset > offset:
+                        return position
+                return end
+            except CorruptLogError:
+                if start == HEADER_SIZE:
+                    raise  # a stale index hint falls back to the start; real damage raises
+    return end
+
+
+def lag_report(log: Log) -> list[SubscriberLag]:
+    """Every durable subscriber with its lag in records, bytes and segments, slowest first.
+
+    ``pending_segments`` counts the closed segments it has not consumed entirely: under
+    ``cleanup_policy="consumed"`` the slowest subscriber's count is what stays on disk.
+    """
+    bases = list_segments(log.directory)
+    closed_next = bases[1:]  # a closed segment's offsets are all below the next base
+    start = _log_start(log.directory)
+    end = log.end_offset
+    report = []
+    for name, committed in log.subscribers().items():
+        lag_bytes, lag_segments = backlog(log, committed)
+        report.append(
+            SubscriberLag(
+                name=name,
+                committed=committed,
+                lag_records=max(end - max(committed, start), 0),
+                lag_bytes=lag_bytes,
+                lag_segments=lag_segments,
+                pending_segments=sum(1 for nxt in closed_next if nxt > committed),
+                below_log_start=committed < start,
+            )
+        )
+    report.sort(key=lambda r: (r.committed, r.name))
+    return report
+
+
+def remove_subscriber(log: Log, name: str) -> None:
+    """Delete durable subscriber ``name``'s checkpoint (it no longer holds retention)."""
+    validate_name(name)
+    if is_transient(name):
+        raise SubscriberError(f"{name!r} is a transient subscriber: it has no checkpoint")
+    if _load_checkpoint(log.directory, name) is None:
+        raise SubscriberError(f"no durable subscriber named {name!r}", path=log.directory)
+    try:
+        log.fs.remove(os.path.join(log.directory, filenames.checkpoint_name(name)))
+    except FileNotFoundError:
+        raise SubscriberError(f"no durable subscriber named {name!r}", path=log.directory) from None
+    log.fs.fsync_dir(log.directory)
+
+
+# -- waiting -------------------------------------------------------------------------------
+
+
+class _Watcher:
+    """Waits for the head in ``.lock`` to change: inotify where it works, else short sleeps."""
+
+    IN_MODIFY = 0x2
+    IN_ATTRIB = 0x4
+    IN_CLOSE_WRITE = 0x8
+
+    def __init__(self, lock_path: str) -> None:
+        self.fd = -1
+        self.reliable = True
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return
+            mask = self.IN_MODIFY | self.IN_ATTRIB | self.IN_CLOSE_WRITE
+            if libc.inotify_add_watch(fd, os.fsencode(lock_path), mask) < 0:
+                os.close(fd)
+                return
+            self.fd = fd
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _drain(self) -> bool:
+        got = False
+        while True:
+            try:
+                if not os.read(self.fd, 4096):
+                    return got
+                got = True
+            except BlockingIOError:
+                return got
+
+    def wait(self, ready: Callable[[], bool], deadline: float) -> bool:
+        """Return ``True`` as soon as ``ready()`` holds, ``False`` at ``deadline``."""
+        if self.fd >= 0 and self.reliable:
+            return self._wait_inotify(ready, deadline)
+        return self._wait_sleeping(ready, deadline)
+
+    def _wait_inotify(self, ready: Callable[[], bool], deadline: float) -> bool:
+        self._drain()  # events from before the check below are stale
+        while True:
+            if ready():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            readable, _, _ = select.select([self.fd], [], [], min(remaining, INOTIFY_SAFETY_S))
+            got = self._drain() if readable else False
+            if not got and ready():
+                # the head moved without an event: this file system does not notify
+                self.reliable = False
+                return True
+
+    @staticmethod
+    def _wait_sleeping(ready: Callable[[], bool], deadline: float) -> bool:
+        delay = SLEEP_MIN_S
+        while True:
+            if ready():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, SLEEP_MAX_S)
+
+
+# -- the subscriber ------------------------------------------------------------------------
+
+
+class _Cursor:
+    """An open segment and where in it the next batch starts."""
+
+    __slots__ = ("base", "buf", "buf_start", "fd", "ino", "pos")
+
+    def __init__(self, base: int, fd: int, ino: int, pos: int) -> None:
+        self.base = base
+        self.fd = fd
+        self.ino = ino
+        self.pos = pos
+        self.buf = b""
+        self.buf_start = 0
+
+
+class _Descriptors:
+    """The file descriptors a subscriber holds; closed by :meth:`Subscriber.close` or,
+    if the user forgets, when the subscriber is garbage collected."""
+
+    def __init__(self) -> None:
+        self.lock_fd = -1
+        self.cursor: _Cursor | None = None
+        self.watcher: _Watcher | None = None
+
+    def drop_cursor(self) -> None:
+        if self.cursor is not None:
+            os.close(self.cursor.fd)
+            self.cursor = None
+
+    def close(self) -> None:
+        self.drop_cursor()
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+
+
+class Subscriber:
+    """One reader of a log with its own position. See the module docstring.
+
+    Not meant to be shared by threads polling at once (calls are serialized by a lock).
+    One process at a time should consume a given durable name: two would each see every
+    record, and their commits would overwrite each other's.
+    """
+
+    def __init__(self, log: Log, name: str, *, start: int | None = None) -> None:
+        self.log = log
+        self.name = validate_name(name)
+        self.transient = is_transient(name)
+        self.directory = log.directory
+        self.skipped: list[SkipEvent] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._fds = _Descriptors()
+        self._finalizer = weakref.finalize(self, self._fds.close)
+        try:
+            self._fds.lock_fd = os.open(
+                os.path.join(self.directory, filenames.WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC
+            )
+        except FileNotFoundError:
+            self._fds.lock_fd = -1
+        if start is not None:
+            start = self._check_offset(start, "start")
+        committed = None if self.transient else _load_checkpoint(self.directory, name)
+        self._committed: int | None = committed
+        if committed is not None:
+            # an existing checkpoint wins over ``start``: ``start`` places a *new* subscriber
+            self._position = committed
+            self._check_log_start()
+        elif self.transient:
+            self._position = self._end_offset() if start is None else self._clamp(start)
+        else:
+            self._position = self._clamp(start) if start is not None else _log_start(self.directory)
+            self._write_checkpoint(self._position)  # holds consumed retention from now on
+            self._committed = self._position
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """The offset the next poll starts from (just after the last record polled)."""
+        return self._position
+
+    @property
+    def committed(self) -> int | None:
+        """The position last committed (or loaded) by this object; ``None`` if transient."""
+        return self._committed
+
+    @property
+    def durable(self) -> bool:
+        return not self.transient
+
+    @property
+    def lag(self) -> int:
+        """Records between the position and the log end (offsets: after compaction removed
+        some, an upper bound)."""
+        self._check_open()
+        return max(self._end_offset() - self._position, 0)
+
+    @property
+    def lag_bytes(self) -> int:
+        """Bytes of segment data from the position to the end of the log."""
+        self._check_open()
+        return backlog(self.log, self._position)[0]
+
+    @property
+    def lag_segments(self) -> int:
+        """Segments holding data not yet polled."""
+        self._check_open()
+        return backlog(self.log, self._position)[1]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- public operations ----------------------------------------------------------------
+    def poll(
+        self, max_records: int = 1000, max_bytes: int | None = None, timeout_s: float = 0
+    ) -> list[Record]:
+        """Up to ``max_records`` records from the position on, in offset order.
+
+        ``max_bytes`` bounds the batch bytes read (at least one record is returned when
+        any is there). ``timeout_s > 0`` waits that long for records, also ones appended
+        by other processes; ``0`` returns at once. Returns ``[]`` when there is none.
+        """
+        records: list[Record] = []
+        for batch in self.poll_batches(max_records, max_bytes, timeout_s):
+            records.extend(batch.records())
+        return records
+
+    def poll_batches(
+        self, max_records: int = 1000, max_bytes: int | None = None, timeout_s: float = 0
+    ) -> list[RecordBatch]:
+        """Like :meth:`poll`, as columnar :class:`RecordBatch` objects (no per-record
+        Python objects); the first and last batch may be cut to the position and limits."""
+        _check_limit(max_records, "max_records")
+        if max_bytes is not None:
+            _check_limit(max_bytes, "max_bytes")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0:
+            raise SubscriberError(f"timeout_s must be a number >= 0, not {timeout_s!r}")
+        with self._lock:
+            self._check_open()
+            deadline = time.monotonic() + timeout_s
+            delay = SLEEP_MIN_S
+            while True:
+                before = self._position
+                batches = self._read(max_records, max_bytes)
+                if batches or timeout_s <= 0:
+                    return batches
+                if time.monotonic() >= deadline:
+                    return []
+                if self._position == before and self._head_has_more():
+                    # the head promises records the files do not show yet (a rare race
+                    # with a roll or a rewrite): back off instead of spinning
+                    time.sleep(delay)
+                    delay = min(delay * 2, SLEEP_MAX_S)
+                    continue
+                if not self._watcher().wait(self._head_has_more, deadline):
+                    return []
+                self._check_open()
+
+    def commit(self, offset: int | None = None) -> None:
+        """Persist the position (or ``offset``, at most the position) atomically.
+
+        A no-op for transient subscribers, and when nothing changed since the last commit.
+        """
+        with self._lock:
+            self._check_open()
+            if self.transient:
+                return
+            target = self._position if offset is None else self._check_offset(offset, "offset")
+            if target > self._position:
+                raise SubscriberError(
+                    f"cannot commit offset {target} beyond the position {self._position}"
+                )
+            if target == self._committed:
+                return
+            self._write_checkpoint(target)
+            self._committed = target
+
+    def seek(self, offset: int) -> None:
+        """Move the position; the next poll starts at ``offset`` (below the log start: at
+        the log start). Not persisted until :meth:`commit`."""
+        with self._lock:
+            self._check_open()
+            offset = self._check_offset(offset, "offset")
+            self._fds.drop_cursor()
+            self._position = self._clamp(offset)
+
+    def close(self) -> None:
+        """Release the descriptors. Does not commit."""
+        with self._lock:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "transient" if self.transient else "durable"
+        return (
+            f"<compactlog.Subscriber {self.name!r} {kind} position={self._position} "
+            f"committed={self._committed}>"
+        )
+
+    # -- internals: state ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"subscriber {self.name!r} is closed", path=self.directory)
+        if self.log.closed:
+            raise LogClosedError("log is closed", path=self.directory)
+
+    def _check_offset(self, offset: object, what: str) -> int:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise SubscriberError(f"{what} must be a non-negative int, not {offset!r}")
+        end = self._end_offset()
+        if offset > end:
+            raise SubscriberError(f"{what} {offset} is beyond the end of the log ({end})")
+        return offset
+
+    def _clamp(self, offset: int) -> int:
+        return max(offset, _log_start(self.directory))
+
+    def _write_checkpoint(self, offset: int) -> None:
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                write_checkpoint(self.log.fs, self.directory, self.name, offset)
+                return
+            except FileNotFoundError:
+                # another process opening the log removed our ``.tmp`` as a leftover
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+
+    def _check_log_start(self) -> None:
+        """Resume at the log start if the position fell below it; report the event."""
+        start = _log_start(self.directory)
+        if self._position < start:
+            event = SkipEvent(self.name, self._position, start, self.log.clock())
+            self.skipped.append(event)
+            logger.warning(
+                "subscriber %r: position %d is below the log start %d (retention removed "
+                "%d offsets it had not read); resuming at %d",
+                self.name,
+                event.from_offset,
+                start,
+                event.offsets_skipped,
+                start,
+            )
+            self._position = start
+
+    def _head(self) -> Head | None:
+        if self._fds.lock_fd < 0:
+            try:
+                self._fds.lock_fd = os.open(
+                    os.path.join(self.directory, filenames.WRITER_LOCK),
+                    os.O_RDONLY | os.O_CLOEXEC,
+                )
+            except FileNotFoundError:
+                return None
+        return read_head(self._fds.lock_fd)
+
+    def _end_offset(self) -> int:
+        head = self._head()
+        return head.end_offset if head is not None else self.log.end_offset
+
+    def _head_has_more(self) -> bool:
+        head = self._head()
+        return head is None or head.end_offset > self._position
+
+    def _watcher(self) -> _Watcher:
+        if self._fds.watcher is None:
+            self._fds.watcher = _Watcher(os.path.join(self.directory, filenames.WRITER_LOCK))
+        return self._fds.watcher
+
+    # -- internals: reading ----------------------------------------------------------------
+    def _read(self, max_records: int, max_bytes: int | None) -> list[RecordBatch]:
+        head = self._head()
+        if head is None:
+            return self._read_without_head(max_records, max_bytes)
+        out: list[RecordBatch] = []
+        records = 0
+        size = 0
+        while self._position < head.end_offset and records < max_records:
+            if max_bytes is not None and size >= max_bytes:
+                break
+            cursor = self._fds.cursor or self._establish()
+            if cursor is None:
+                break
+            if cursor.base == head.active_base:
+                limit = head.active_size
+            elif cursor.base < head.active_base:
+                limit = os.fstat(cursor.fd).st_size  # closed: complete
+            else:
+                break  # a segment newer than the head we read: next poll
+            if cursor.pos >= limit:
+                if cursor.base == head.active_base or not self._advance(cursor):
+                    break
+                continue
+            batch = self._next_batch(cursor, limit)
+            if batch is None:
+                break
+            position = self._position
+            if batch.next_offset <= position:
+                continue
+            if len(batch) and int(batch.offsets[0]) < position:
+                batch = batch.select(batch.offsets >= position)
+            if not len(batch):
+                self._position = batch.next_offset
+                continue
+            room = max_records - records
+            if len(batch) > room:
+                batch = batch.select(np.arange(len(batch)) < room)
+                cursor.pos = batch.position  # the rest of this batch is read next time
+                self._position = int(batch.offsets[-1]) + 1
+            else:
+                self._position = batch.next_offset
+            out.append(batch)
+            records += len(batch)
+            size += batch.size_bytes
+        return out
+
+    def _establish(self) -> _Cursor | None:
+        """Open the segment holding the position (after a skip check), from a fresh listing."""
+        self._check_log_start()
+        for _attempt in range(5):
+            bases = list_segments(self.directory)
+            if not bases:
+                return None
+            i = max(bisect.bisect_right(bases, self._position) - 1, 0)
+            base = bases[i]
+            try:
+                fd = os.open(segment_path(self.directory, base), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self._check_log_start()  # retention removed it meanwhile
+                continue
+            try:
+                check_segment_header(
+                    segment_path(self.directory, base), read_all(fd, 0, HEADER_SIZE)
+                )
+                pos = self._validated_hint(fd, base)
+                cursor = _Cursor(base, fd, os.fstat(fd).st_ino, pos)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fds.cursor = cursor
+            return cursor
+        return None
+
+    def _validated_hint(self, fd: int, base: int) -> int:
+        """Byte position to start scanning ``base`` for the position: the index hint if
+        the batch there is valid and not past the position (the index may belong to a
+        newer rewrite of the file than ``fd``), else the start of the segment."""
+        hint = lookup_position(read_index(self.directory, base), base, self._position)
+        if hint == HEADER_SIZE:
+            return hint
+        header, _ = read_batch_header(read_all(fd, hint, BATCH_HEADER.size), 0, 1 << 62)
+        if header is not None:
+            header, _ = check_batch(read_all(fd, hint, header.length), 0, header.length)
+        if header is None or header.base_offset > self._position:
+            return HEADER_SIZE
+        return hint
+
+    def _advance(self, cursor: _Cursor) -> bool:
+        """The closed segment under ``cursor`` is read to its end: move to the segment
+        holding the following offsets. ``False`` if there is none yet."""
+        self._fds.drop_cursor()
+        bases = list_segments(self.directory)
+        j = bisect.bisect_left(bases, cursor.base)
+        if j < len(bases) and bases[j] == cursor.base:
+            try:
+                same = os.stat(segment_path(self.directory, cursor.base)).st_ino == cursor.ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                if j + 1 >= len(bases):
+                    return False
+                # every offset of this unchanged file is below the next base; offsets
+                # between the position and this base (if any) are in no file
+                self._position = max(self._position, bases[j + 1])
+        # else the file was replaced by a rewrite or removed: look the position up again
+        return True
+
+    def _next_batch(self, cursor: _Cursor, limit: int) -> RecordBatch | None:
+        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor."""
+        offset = cursor.pos - cursor.buf_start
+        if not 0 <= offset < len(cursor.buf):
+            cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))
+            cursor.buf_start = cursor.pos
+            offset = 0
+        header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
+        if header is None and reason.startswith("incomplete"):
+            partial, _ = read_batch_header(cursor.buf, offset, 1 << 62)
+            want = max(READ_CHUNK, partial.length if partial is not None else 0)
+            cursor.buf = read_all(cursor.fd, cursor.pos, min(want, limit - cursor.pos))
+            cursor.buf_start = cursor.pos
+            offset = 0
+            header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
+        if header is None:
+            raise CorruptLogError(
+                f"{reason} (within what the head says is written)",
+                path=segment_path(self.directory, cursor.base),
+                position=cursor.pos,
+            )
+        try:
+            batch = decode_batch(cursor.buf, offset, header)
+        except Exception as error:
+            raise CorruptLogError(
+                f"undecodable batch: {error}",
+                path=segment_path(self.directory, cursor.base),
+                position=cursor.pos,
+            ) from None
+        batch.position = cursor.pos
+        cursor.pos += header.length
+        return batch
+
+    def _read_without_head(self, max_records: int, max_bytes: int | None) -> list[RecordBatch]:
+        """No valid head (after a repair, before the next writer): the general reader,
+        which tolerates an in-progress tail on its own."""
+        self._fds.drop_cursor()
+        self._check_log_start()
+        out: list[RecordBatch] = []
+        records = 0
+        size = 0
+        for batch in iter_batches(self.directory, self._position, self.log.end_offset):
+            if records >= max_records or (max_bytes is not None and size >= max_bytes):
+                break
+            room = max_records - records
+            if len(batch) > room:
+                batch = batch.select(np.arange(len(batch)) < room)
+                self._position = int(batch.offsets[-1]) + 1
+            else:
+                self._position = batch.next_offset
+            out.append(batch)
+            records += len(batch)
+            size += batch.size_bytes
+        return out
+
+
+def _check_limit(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SubscriberError(f"{what} must be a positive int, not {value!r}")
+
+
+__all__ = [
+    "SkipEvent",
+    "Subscriber",
+    "SubscriberLag",
+    "backlog",
+    "is_transient",
+    "lag_report",
+    "remove_subscriber",
+    "validate_name",
+]

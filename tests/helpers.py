@@ -1,0 +1,116 @@
+"""Helpers of the storage-engine suite: byte damage, a fake clock, record derivation."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from compactlog.format import BATCH_HEADER, FILE_HEADER, read_batch_header
+from compactlog.fsio import FileSystem
+
+SEGMENT_HEADER_SIZE = FILE_HEADER.size
+
+
+class FakeClock:
+    """A clock in ms for ``compactlog.open(clock=...)``; ``advance`` moves it."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now = now_ms
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+# -- byte damage ---------------------------------------------------------------------------
+
+
+def segment_files(directory: str | os.PathLike[str]) -> list[Path]:
+    return sorted(Path(directory).glob("*.log"))
+
+
+def batch_positions(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
+    """(position, length) of every whole batch in a segment file, parsed from headers only."""
+    data = Path(path).read_bytes()
+    pos = SEGMENT_HEADER_SIZE
+    found = []
+    while pos < len(data):
+        header, _reason = read_batch_header(data, pos, len(data))
+        if header is None:
+            break
+        found.append((pos, header.length))
+        pos += header.length
+    return found
+
+
+def flip_bit(path: str | os.PathLike[str], position: int, bit: int = 0) -> None:
+    """Invert one bit of the file at ``position``."""
+    with open(path, "r+b") as handle:
+        handle.seek(position)
+        byte = handle.read(1)[0]
+        handle.seek(position)
+        handle.write(bytes([byte ^ (1 << bit)]))
+
+
+def cut_out(path: str | os.PathLike[str], start: int, length: int) -> None:
+    """Remove ``length`` bytes at ``start`` (a batch truncated in the middle of a file)."""
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:start] + data[start + length :])
+
+
+def truncate(path: str | os.PathLike[str], length: int) -> None:
+    os.truncate(path, length)
+
+
+def append_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def body_position(batch_position: int) -> int:
+    """A byte inside a batch's body (past its header)."""
+    return batch_position + BATCH_HEADER.size + 1
+
+
+# -- records whose contents are derived from their identity -----------------------------------
+
+
+def value_for(key: bytes, size: int = 40) -> bytes:
+    """A value that can be checked from its key alone."""
+    digest = hashlib.blake2b(key, digest_size=16).digest()
+    return (digest * (size // 16 + 1))[:size]
+
+
+def check_record(record) -> None:
+    assert record.key is not None
+    assert record.value == value_for(record.key, len(record.value)), record
+
+
+# -- fault injection through the I/O seam ---------------------------------------------------
+
+
+class FailingFS(FileSystem):
+    """Fails the next ``failures`` segment writes with ``error`` (then behaves)."""
+
+    def __init__(self, error: int) -> None:
+        self.error = error
+        self.failures = 0
+        self.free = None  # when set: what free_bytes reports
+
+    def _maybe_fail(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError(self.error, os.strerror(self.error))
+
+    def pwritev(self, fd, buffers, position):
+        self._maybe_fail()
+        return super().pwritev(fd, buffers, position)
+
+    def free_bytes(self, directory: str) -> int:
+        if self.free is not None:
+            return self.free
+        return super().free_bytes(directory)
