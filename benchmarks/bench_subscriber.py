@@ -197,6 +197,8 @@ def run(records: int = 2_000_000, latency_samples: int = 300) -> dict[str, Any]:
             bench_latency(directory, latency_samples, inotify=False),
         ]
     result["targets_met"] = {
+        # the tailing rate is bounded by the writer's: "keeps up" = done with the writer
+        "tail_keeps_up": result["tail"]["subscriber_finished_after_writer_ms"] <= 50,
         "tail_1M_records_per_s": result["tail"]["subscriber_records_per_s"] >= 1_000_000,
         "catch_up_1M_records_per_s": result["catch_up"]["records_per_s"] >= 1_000_000,
         "median_latency_below_5ms": result["latency"][0]["median_ms"] < 5.0,

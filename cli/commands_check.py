@@ -25,9 +25,11 @@ def verify(path: str, as_json: bool) -> int:
       compactlog verify ./demo-data/log
       compactlog verify ./demo-data/log --json | jq '.problems[]'
     """
+    from .common import writer_holders
     from .scan import verify_log
 
-    report = verify_log(log_dir(path))
+    directory = log_dir(path)
+    report = verify_log(directory, writers_active=bool(writer_holders(directory)))
     if as_json:
         emit_json(report.to_json())
         return 0 if report.ok else 1

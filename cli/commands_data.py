@@ -18,6 +18,7 @@ from .output import (
     emit_json,
     emit_json_line,
     encode_bytes,
+    error_line,
     human_bytes,
     human_count,
     iso_ms,
@@ -390,14 +391,10 @@ def get(
         emit_json(document)
         return 0 if document["found"] else 1
     if found is None:
-        click.echo(f"compactlog: {directory}: key {shown!r} not found", err=True)
+        error_line(f"{directory}: key {shown!r} not found")
         return 1
     if found.value is None:
-        click.echo(
-            f"compactlog: {directory}: key {shown!r} was deleted (tombstone at offset "
-            f"{found.offset})",
-            err=True,
-        )
+        error_line(f"{directory}: key {shown!r} was deleted (tombstone at offset {found.offset})")
         return 1
     print_fields(
         [

@@ -41,15 +41,45 @@ def subscribers() -> None:
 
 
 def subscriber_rows(directory: str) -> dict[str, Any]:
-    from .scan import bytes_from, data_bytes, records_from, summarize_segments
-
+    """Every durable subscriber with its lag: the library's ``lag_report`` (or, where
+    there is none, the same figures from segment headers)."""
     with open_read_only(directory) as log:
         start, end = log.start_offset, log.end_offset
-        checkpoints = log.subscribers()
+        try:
+            from compactlog.subscriber import lag_report
+        except ImportError:
+            rows = _rows_from_headers(directory, log.subscribers(), start)
+        else:
+            rows = [
+                {
+                    "name": row.name,
+                    "committed": row.committed,
+                    "lag_records": row.lag_records,
+                    "lag_bytes": row.lag_bytes,
+                    "lag_segments": row.lag_segments,
+                    "pending_segments": row.pending_segments,
+                    "stuck_below_start": row.below_log_start,
+                }
+                for row in sorted(lag_report(log), key=lambda r: r.name)
+            ]
+    for row in rows:
+        row["status"] = (
+            "stuck below log start"
+            if row["stuck_below_start"]
+            else ("beyond end" if row["committed"] > end else "ok")
+        )
+    return {"path": directory, "start_offset": start, "end_offset": end, "subscribers": rows}
+
+
+def _rows_from_headers(
+    directory: str, checkpoints: dict[str, int], start: int
+) -> list[dict[str, Any]]:
+    from .scan import bytes_from, records_from, summarize_segments
+
     summaries = summarize_segments(directory) if checkpoints else []
+    closed_next = [s.base for s in summaries[1:]]
     rows = []
     for name, committed in sorted(checkpoints.items()):
-        stuck = committed < start
         position = max(committed, start)
         rows.append(
             {
@@ -60,19 +90,11 @@ def subscriber_rows(directory: str) -> dict[str, Any]:
                 "lag_segments": sum(
                     1 for s in summaries if s.next_offset is not None and s.next_offset > position
                 ),
-                "stuck_below_start": stuck,
-                "status": "stuck below log start"
-                if stuck
-                else ("beyond end" if committed > end else "ok"),
+                "pending_segments": sum(1 for nxt in closed_next if nxt > committed),
+                "stuck_below_start": committed < start,
             }
         )
-    return {
-        "path": directory,
-        "start_offset": start,
-        "end_offset": end,
-        "total_bytes": data_bytes(summaries) if summaries else None,
-        "subscribers": rows,
-    }
+    return rows
 
 
 @subscribers.command("list")
@@ -99,7 +121,15 @@ def list_(path: str, as_json: bool) -> int:
         click.echo(f"{document['path']}: no durable subscribers")
         return 0
     print_table(
-        ("subscriber", "committed", "lag records", "lag bytes", "lag segments", "status"),
+        (
+            "subscriber",
+            "committed",
+            "lag records",
+            "lag bytes",
+            "lag segments",
+            "pending",
+            "status",
+        ),
         (
             (
                 row["name"],
@@ -107,11 +137,12 @@ def list_(path: str, as_json: bool) -> int:
                 human_count(row["lag_records"]),
                 human_bytes(row["lag_bytes"]),
                 row["lag_segments"],
+                row["pending_segments"],
                 row["status"],
             )
             for row in document["subscribers"]
         ),
-        right=("committed", "lag records", "lag bytes", "lag segments"),
+        right=("committed", "lag records", "lag bytes", "lag segments", "pending"),
         title=(f"{document['path']}: offsets {document['start_offset']}..{document['end_offset']}"),
     )
     return 1 if stuck else 0

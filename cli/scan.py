@@ -313,11 +313,12 @@ class VerifyReport:
         }
 
 
-def verify_log(directory: str) -> VerifyReport:
+def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
     """Check every batch (CRC, layout, offset order), every index entry, the state files.
 
-    Safe beside live writers: the newest segment is checked up to the size the writers'
-    head vouches for; bytes past it are a write in progress.
+    Safe beside live writers: with ``writers_active``, the newest segment is checked up to
+    the size the writers' head vouches for, and bytes past it are a write in progress;
+    without, they are a torn tail left by a writer that died mid-append.
     """
     from compactlog.state_files import list_checkpoints, read_cleaner_state, read_meta
 
@@ -357,7 +358,7 @@ def verify_log(directory: str) -> VerifyReport:
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
         limit = None
-        if last and head is not None and head.active_base == base:
+        if writers_active and last and head is not None and head.active_base == base:
             limit = head.active_size
         previous_next = _verify_segment(
             report, directory, base, last=last, limit=limit, previous_next=previous_next

@@ -140,6 +140,13 @@ def recover_on_open(log: Log) -> list[str]:
         report.append(f"rebuilt index {filenames.index_name(base)}")
     writer.torn_bytes_dropped = 0
     writer.rebuilt_indexes.clear()
+    # 6. without relying on the head's flag alone (a repair resets the head): entries left
+    #    in the buffer belong to a dead writer; those already in the log are skipped
+    if writer.precommit is not None and not writer._holding_for_precommit:
+        pending = len(writer.precommit.entries().offsets)
+        if pending:
+            writer._materialize_locked()
+            report.append(f"materialized {pending} precommit entries left by a stopped writer")
     _remove_clean_shutdown(log)
     return report
 

@@ -385,6 +385,9 @@ class Subscriber:
             start = self._check_offset(start, "start")
         committed = None if self.transient else _load_checkpoint(self.directory, name)
         self._committed: int | None = committed
+        # until it first reads, a subscriber placed by ``start``/``seek``/"the log start" only
+        # follows a moving log start silently: it never had those records to lose
+        self._quiet = committed is None
         if committed is not None:
             # an existing checkpoint wins over ``start``: ``start`` places a *new* subscriber
             self._position = committed
@@ -466,6 +469,8 @@ class Subscriber:
             while True:
                 before = self._position
                 batches = self._read(max_records, max_bytes)
+                if self._position != before:
+                    self._quiet = False
                 if batches or timeout_s <= 0:
                     return batches
                 if time.monotonic() >= deadline:
@@ -507,6 +512,7 @@ class Subscriber:
             offset = self._check_offset(offset, "offset")
             self._fds.drop_cursor()
             self._position = self._clamp(offset)
+            self._quiet = True
 
     def close(self) -> None:
         """Release the descriptors. Does not commit."""
@@ -558,7 +564,9 @@ class Subscriber:
     def _check_log_start(self) -> None:
         """Resume at the log start if the position fell below it; report the event."""
         start = _log_start(self.directory)
-        if self._position < start:
+        if self._position < start and self._quiet:
+            self._position = start
+        elif self._position < start:
             event = SkipEvent(self.name, self._position, start, self.log.clock())
             self.skipped.append(event)
             logger.warning(

@@ -54,7 +54,9 @@ def replace_segments(fs: FileSystem, directory: str, first: int, others: list[in
 
 def _remove_segments(fs: FileSystem, directory: str, bases: list[int]) -> None:
     for base in bases:
-        for path in (segment_path(directory, base), index_path(directory, base)):
+        # the index first: a death in between leaves a segment without an index (rebuilt
+        # on open), never an index without its segment
+        for path in (index_path(directory, base), segment_path(directory, base)):
             try:
                 fs.remove(path)
             except FileNotFoundError:
@@ -81,7 +83,9 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
         _rebuild_index(fs, directory, first)
         message = f"rolled back an interrupted clean of segment {filenames.segment_name(first)}"
     else:
-        _remove_segments(fs, directory, [b for b in others if b in list_segments(directory)])
+        # every one of them: a death between removing a segment and its index left an
+        # orphan index, which must go too
+        _remove_segments(fs, directory, others)
         message = (
             f"completed an interrupted clean of segment {filenames.segment_name(first)} "
             f"(removed {len(others)} replaced segments)"

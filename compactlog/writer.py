@@ -18,8 +18,8 @@ process dies at each step):
 
 Crash protocol of :meth:`SegmentWriter._roll`:
 
-1. Publish a head naming the new base with size 0: death here leaves no file; the next
-   writer creates it.
+1. Publish a head naming the new base with size 0 (and the precommit-pending flag, if
+   set): death here leaves no file; the next writer creates it.
 2. Create ``<base>.log`` with its file header (and its index): a torn header with no data
    is rewritten by the next writer.
 
@@ -372,8 +372,10 @@ class SegmentWriter:
         assert self.active is not None
         base = self.end_offset
         old = self.active
-        # 1. publish the new head first (see the module docstring)
-        self.fs.pwrite(self.lock_fd, encode_head(Head(0, base, base, 0)), 0)
+        # 1. publish the new head first (see the module docstring), keeping the flag that
+        #    tells the next writer to materialize our precommit entries if we die
+        flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
+        self.fs.pwrite(self.lock_fd, encode_head(Head(flags, base, base, 0)), 0)
         # 2. create the segment and its index
         fd = self.fs.open(segment_path(self.directory, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         self.fs.write(fd, SEGMENT_FILE_HEADER)

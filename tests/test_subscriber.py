@@ -484,6 +484,18 @@ def test_a_checkpoint_below_the_log_start_resumes_at_the_log_start_and_is_report
         assert [r.below_log_start for r in lag_report(log)] == [True]
 
 
+def test_a_subscriber_that_has_not_read_yet_follows_the_log_start_silently(log_dir):
+    config = dict(cleanup_policy="delete", retention_bytes=2048, **SMALL)
+    with compactlog.open(log_dir, **config) as log:
+        fill(log, 300)
+        fresh = log.subscribe("fresh")  # "from the log start": whatever that is when it reads
+        placed = log.subscribe("~placed", start=3)
+        log.enforce_retention()
+        start = log.start_offset
+        assert drain(fresh) == drain(placed) == list(range(start, 300))
+        assert fresh.skipped == placed.skipped == []
+
+
 def test_retention_overtaking_a_reading_subscriber_is_reported_not_stalled(log_dir, caplog):
     config = dict(cleanup_policy="delete", retention_bytes=2048, **SMALL)
     with compactlog.open(log_dir, **config) as log:

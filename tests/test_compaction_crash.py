@@ -1,0 +1,142 @@
+"""Real ``kill -9`` of a cleaning process, at random moments, 50+ times.
+
+Each round: the test appends more keyed records (with tombstones) to a log of 50+
+segments, starts a child process that runs forced compactions in a loop with a small
+offset map (partial passes, many swaps), kills it with SIGKILL after a random delay, then
+reopens the log (recovery resolves any interrupted swap) and checks Kafka's guarantees
+against the model. In the last rounds another process appends while the cleaner runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import compactlog
+from compactlog.segment import list_segments
+
+from .compaction_helpers import Model, check_log, rewrite_files
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = dict(
+    segment_bytes=1024, cleaner_buffer_bytes=4096, sync="os", segment_ms=None, retention_ms=None
+)
+CLEAN_ROUNDS = 46
+APPEND_ROUNDS = 6
+
+CLEANER = r"""
+import sys
+import compactlog
+log = compactlog.open(sys.argv[1])
+print("ready", flush=True)
+while True:
+    log.compact(force=True)
+"""
+
+APPENDER = r"""
+import sys
+import compactlog
+log = compactlog.open(sys.argv[1])
+count = int(sys.argv[2])
+print("ready", flush=True)
+for i in range(count):
+    log.append(b"ap%d" % (i % 7), b"%d" % i)
+    if i % 10 == 9:
+        log.flush()
+log.flush()
+log.close()
+print("done", flush=True)
+"""
+
+
+def spawn(script: str, *args: str) -> subprocess.Popen:
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == b"ready"
+    return child
+
+
+def kill(child: subprocess.Popen) -> None:
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+def append_round(path: Path, model: Model, rng: random.Random, records: int) -> None:
+    with compactlog.open(path, **CONFIG) as log:
+        for _ in range(records // 5):
+            pairs = []
+            for _ in range(5):
+                key = b"key%02d" % rng.randrange(40)
+                value = None if rng.random() < 0.1 else b"v%08d" % rng.randrange(10**8)
+                pairs.append((key, value))
+            model.append_batch(log, pairs)
+
+
+def check_appender(log, count: int, model: Model) -> None:
+    """Records of the concurrent appender: each key's last value present, in order."""
+    last: dict[bytes, bytes] = {}
+    for i in range(count):
+        last[b"ap%d" % (i % 7)] = b"%d" % i
+    seen: dict[bytes, bytes] = {}
+    previous = -1
+    for record in log.read():
+        assert record.offset > previous
+        previous = record.offset
+        if record.key.startswith(b"ap"):
+            seen[record.key] = record.value
+        else:
+            assert model.written[record.offset] == (record.key, record.value)
+    assert seen == last
+
+
+def test_kill_9_during_compaction_never_loses_or_duplicates(tmp_path):
+    rng = random.Random(4)
+    path = tmp_path / "log"
+    model = Model()
+    append_round(path, model, rng, 1500)
+    with compactlog.open(path) as log:
+        assert len(list_segments(log.directory)) >= 50
+    kills = 0
+    for _ in range(CLEAN_ROUNDS):
+        append_round(path, model, rng, 60)
+        child = spawn(CLEANER, str(path))
+        time.sleep(rng.uniform(0.0, 0.25))
+        kill(child)
+        kills += 1
+        with compactlog.open(path) as log:
+            assert rewrite_files(path) == []
+            check_log(log, model)
+    assert kills >= CLEAN_ROUNDS
+
+
+def test_kill_9_of_the_cleaner_while_another_process_appends(tmp_path):
+    rng = random.Random(9)
+    path = tmp_path / "log"
+    model = Model()
+    append_round(path, model, rng, 1200)
+    appended = 0
+    for _ in range(APPEND_ROUNDS):
+        cleaner = spawn(CLEANER, str(path))
+        appender = spawn(APPENDER, str(path), "300")
+        time.sleep(rng.uniform(0.0, 0.3))
+        kill(cleaner)
+        assert appender.wait(timeout=60) == 0
+        appender.stdout.close()
+        appended = 300  # every round restarts the sequence: the last round's values win
+        with compactlog.open(path) as log:
+            assert rewrite_files(path) == []
+            check_appender(log, appended, model)
+            log.compact(force=True)
+            check_appender(log, appended, model)
