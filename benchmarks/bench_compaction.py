@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -179,7 +178,9 @@ def sqlite_latest(path: Path, ids: np.ndarray, table: np.ndarray, tombstones: np
     for lo in range(0, len(ids), BATCH):
         keys, values = _columns(lo, min(lo + BATCH, len(ids)), ids, table, tombstones)
         with db:
-            db.executemany("INSERT OR REPLACE INTO latest VALUES (?, ?)", zip(keys, values))
+            db.executemany(
+                "INSERT OR REPLACE INTO latest VALUES (?, ?)", zip(keys, values, strict=True)
+            )
     with db:
         db.execute("DELETE FROM latest WHERE v IS NULL")
     db.close()

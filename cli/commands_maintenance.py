@@ -117,10 +117,19 @@ def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
             }
         )
         return
-    if result is None or stats == {}:
-        click.echo(f"{directory}: no cleaning due ({elapsed:.2f}s)")
+    if result is None or stats == {} or (isinstance(stats, dict) and stats.get("cleaned") is False):
+        reason = stats.get("skipped") if isinstance(stats, dict) else None
+        click.echo(f"{directory}: nothing cleaned ({reason or 'no cleaning due'})")
         return
-    print_fields(_flatten(stats), title=f"{directory}: compaction done in {elapsed:.2f}s")
+    title = f"{directory}: compaction done in {elapsed:.2f}s"
+    if isinstance(stats, dict) and {"bytes_read", "bytes_written"} <= stats.keys():
+        seconds = max(float(stats.get("elapsed_seconds") or elapsed), 1e-9)
+        title += (
+            f": read {human_bytes(stats['bytes_read'])}, wrote "
+            f"{human_bytes(stats['bytes_written'])} "
+            f"({stats['bytes_read'] / seconds / 1e6:.1f} MB/s read)"
+        )
+    print_fields(_flatten(stats), title=title)
 
 
 @click.command()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 UNLIMITED = 1 << 62
 OPEN_ATTEMPTS = 20
 
+
 class _OpenSegments:
     """Every segment overlapping ``[start, end)``, opened at once (a file-level snapshot)."""
 
@@ -91,6 +92,7 @@ class _OpenSegments:
                 if len(batch):
                     yield batch
 
+
 def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
     """Columnar :func:`latest_records`: batches holding only each key's latest record below
     ``as_of`` (default: the end offset at the call), tombstones and keyless records left out.
@@ -121,11 +123,13 @@ def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
             elif bool(keep.any()):
                 yield filter_batch(batch, keep)
 
+
 def latest_records(log: Log, as_of: int | None = None) -> Iterator[Record]:
     """The latest non-tombstone record of every key among offsets below ``as_of``, in
     offset order."""
     for batch in latest_batches(log, as_of):
         yield from batch.records()
+
 
 def latest_dict(log: Log, as_of: int | None = None) -> dict[bytes, bytes]:
     """``{key: value}`` of the latest state (a convenience for small logs and tests)."""
@@ -134,5 +138,6 @@ def latest_dict(log: Log, as_of: int | None = None) -> dict[bytes, bytes]:
         assert record.key is not None and record.value is not None
         result[record.key] = record.value
     return result
+
 
 __all__ = ["latest_batches", "latest_dict", "latest_records"]

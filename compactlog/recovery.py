@@ -12,7 +12,8 @@
 5. Validate the active segment's tail: skipped when the clean-shutdown marker matches the
    head; otherwise the tail past what the head vouches for is checked batch by batch and a
    torn tail truncated (the bytes dropped are reported).
-6. Materialize a precommit buffer left pending by a dead process.
+6. Materialize a precommit buffer left pending by a dead process (flagged in the head or
+   not: entries still in the buffer at open belong to a stopped writer).
 
 :func:`repair` (``jlogctl repair``) runs the same passes but fixes instead of refusing, and
 goes further: checkpoints below the log start, a stale log start offset, every index
@@ -122,6 +123,7 @@ def recover_on_open(log: Log) -> list[str]:
         if _rebuild_index_if_needed(log, base, full=False):
             report.append(f"rebuilt index {filenames.index_name(base)}")
     # 5. and 6.
+    pending = len(writer.precommit.entries().offsets) if writer.precommit is not None else 0
     marker = _read_clean_shutdown(directory)
     head = read_head(writer.lock_fd)
     clean = marker is not None and head is not None and marker == head
@@ -140,12 +142,13 @@ def recover_on_open(log: Log) -> list[str]:
         report.append(f"rebuilt index {filenames.index_name(base)}")
     writer.torn_bytes_dropped = 0
     writer.rebuilt_indexes.clear()
-    # 6. without relying on the head's flag alone (a repair resets the head): entries left
-    #    in the buffer belong to a dead writer; those already in the log are skipped
+    # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
+    #    alone (a repair resets the head): entries still in the buffer belong to a dead
+    #    writer, and those already in the log are skipped
     if writer.precommit is not None and not writer._holding_for_precommit:
-        pending = len(writer.precommit.entries().offsets)
-        if pending:
+        if writer.precommit.entries().offsets:
             writer._materialize_locked()
+        if pending:
             report.append(f"materialized {pending} precommit entries left by a stopped writer")
     _remove_clean_shutdown(log)
     return report

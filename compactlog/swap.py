@@ -25,7 +25,7 @@ import os
 
 from . import filenames
 from .fsio import FileSystem
-from .segment import index_path, list_segments, scan_segment, segment_path, write_index
+from .segment import index_path, scan_segment, segment_path, write_index
 
 SWAP_INTENT = "cleaner.swap"
 

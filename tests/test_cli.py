@@ -105,7 +105,6 @@ def segment_files(path: Path) -> list[Path]:
 
 def test_help_lists_every_command_and_every_command_has_examples():
     from click.testing import CliRunner
-
     from compactlog.cli.main import COMMANDS, cli
 
     result = run("--help")

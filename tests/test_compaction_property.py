@@ -54,9 +54,13 @@ class Expected:
 
     def after_pass(self, model: Model, point: int, now: int) -> None:
         for offset, (_key, value) in model.written.items():
-            if value is None and offset < self.point and offset in self.first_seen:
-                if now >= self.first_seen[offset] + RETENTION:
-                    self.expired.add(offset)
+            if (
+                value is None
+                and offset < self.point
+                and offset in self.first_seen
+                and now >= self.first_seen[offset] + RETENTION
+            ):
+                self.expired.add(offset)
         for offset, (_key, value) in model.written.items():
             if value is None and offset < point and offset not in self.first_seen:
                 self.first_seen[offset] = now
@@ -69,10 +73,8 @@ class Expected:
                 later_below[model.written[offset][0]] = offset
         keep = []
         for offset in sorted(model.written):
-            key, value = model.written[offset]
-            if offset >= self.point:
-                keep.append(offset)
-            elif later_below[key] == offset and offset not in self.expired:
+            key = model.written[offset][0]
+            if offset >= self.point or (later_below[key] == offset and offset not in self.expired):
                 keep.append(offset)
         return keep
 

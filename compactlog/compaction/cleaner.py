@@ -235,8 +235,17 @@ def clean_log(
     stats = CleanerStats(forced=force, now_ms=now)
     try:
         return _clean(
-            directory, fs, config, stats, started, now, log_start, force, should_abort,
-            throttler, timestamp_cache,
+            directory,
+            fs,
+            config,
+            stats,
+            started,
+            now,
+            log_start,
+            force,
+            should_abort,
+            throttler,
+            timestamp_cache,
         )
     except Aborted:
         stats.aborted = True
@@ -312,7 +321,14 @@ def _clean(
     map_end = first_dirty
     if has_head:
         map_end = _build_map(
-            directory, segments, first_dirty, uncleanable, offset_map, stats, throttle, abort,
+            directory,
+            segments,
+            first_dirty,
+            uncleanable,
+            offset_map,
+            stats,
+            throttle,
+            abort,
             verified,
         )
     stats.map_seconds = time.perf_counter() - started
@@ -524,9 +540,7 @@ def _install(fs: FileSystem, directory: str, group: _GroupWriter, stats: Cleaner
         stats.groups_unchanged += 1
     else:
         group.installing = True
-        swap.replace_segments(
-            fs, directory, group.first, [s.base for s in group.segments[1:]]
-        )
+        swap.replace_segments(fs, directory, group.first, [s.base for s in group.segments[1:]])
         stats.groups_swapped += 1
     stats.segments_after += 1
 

@@ -59,7 +59,7 @@ def _fmix(h: np.ndarray) -> np.ndarray:
 
 def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both lanes over a ``(n, w)`` uint64 word matrix of zero-padded keys."""
-    n, width = words.shape
+    _n, width = words.shape
     length = lengths.astype(np.uint64)
     h1 = length * _C1
     h1 ^= _SEED1
@@ -82,9 +82,7 @@ def _blake(key: bytes) -> tuple[int, int]:
     return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
 
 
-def key_digests(
-    blob: bytes | memoryview, lengths: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """128-bit digests ``(hi, lo)`` of the keys laid end to end in ``blob``.
 
     ``lengths[i]`` is the length of key *i*; a negative length (no key) hashes as empty —
