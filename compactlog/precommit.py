@@ -23,6 +23,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from .format import (
     FILE_HEADER,
@@ -74,6 +75,9 @@ class PrecommitBuffer:
         self.position = DATA_START
         self.count = 0
         self.bytes_pending = 0
+        # what this process appended since the last clear, so that materializing does not
+        # re-parse the mmap it just wrote (the mmap is parsed only after a crash)
+        self._mirror_items: list[tuple[Any, ...]] = []
 
     def close(self) -> None:
         self.map.close()
@@ -82,28 +86,52 @@ class PrecommitBuffer:
         return self.position + PRECOMMIT_ENTRY.size + payload_length + 4 <= self.capacity
 
     def append(
-        self, offset: int, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: bytes,
+        decoded_headers: dict[str, bytes] | None = None,
     ) -> None:
-        """Write one entry (the caller checked :meth:`room_for`)."""
-        key_len = -1 if key is None else len(key)
-        value_len = -1 if value is None else len(value)
-        payload = _FIELDS.pack(offset, timestamp, key_len, value_len, len(headers))
-        if key:
-            payload += key
-        if value:
-            payload += value
-        if headers:
-            payload += headers
+        """Write one entry (the caller checked :meth:`room_for`).
+
+        The entry and a zeroed length after it (so a parse never runs into a stale entry)
+        go in with one copy; a process killed mid-copy leaves an entry whose CRC fails.
+        """
+        self._mirror_items.append((offset, key, value, timestamp, decoded_headers))
+        payload = b"".join(
+            (
+                _FIELDS.pack(
+                    offset,
+                    timestamp,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    len(headers),
+                ),
+                key or b"",
+                value or b"",
+                headers,
+            )
+        )
         length = 8 + len(payload)
         start = self.position
-        end = start + length
-        self.map[start + 8 : end] = payload
-        # zero the next entry's length so a parse never runs into a stale entry
-        self.map[end : end + 4] = b"\0\0\0\0"
-        self.map[start : start + 8] = _LENGTH_CRC.pack(length, crc32c(payload))
-        self.position = end
+        self.map[start : start + length + 4] = b"".join(
+            (_LENGTH_CRC.pack(length, crc32c(payload)), payload, b"\0\0\0\0")
+        )
+        self.position = start + length
         self.count += 1
         self.bytes_pending += length
+
+    def pending(self) -> PendingEntries:
+        """The entries to materialize: this process's own, or those parsed from the file
+        when another (dead) process wrote them."""
+        if self.count and len(self._mirror_items) == self.count:
+            offsets, keys, values, timestamps, headers = map(
+                list, zip(*self._mirror_items, strict=True)
+            )
+            return PendingEntries(offsets, keys, values, timestamps, headers)
+        return self.entries()
 
     def entries(self) -> PendingEntries:
         """Parse the valid entries with consecutive offsets from the start of the buffer."""
@@ -146,3 +174,4 @@ class PrecommitBuffer:
         self.position = DATA_START
         self.count = 0
         self.bytes_pending = 0
+        self._mirror_items: list[tuple[Any, ...]] = []

@@ -123,7 +123,6 @@ def recover_on_open(log: Log) -> list[str]:
         if _rebuild_index_if_needed(log, base, full=False):
             report.append(f"rebuilt index {filenames.index_name(base)}")
     # 5. and 6.
-    pending = len(writer.precommit.entries().offsets) if writer.precommit is not None else 0
     marker = _read_clean_shutdown(directory)
     head = read_head(writer.lock_fd)
     clean = marker is not None and head is not None and marker == head
@@ -145,11 +144,14 @@ def recover_on_open(log: Log) -> list[str]:
     # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
     #    alone (a repair resets the head): entries still in the buffer belong to a dead
     #    writer, and those already in the log are skipped
-    if writer.precommit is not None and not writer._holding_for_precommit:
-        if writer.precommit.entries().offsets:
-            writer._materialize_locked()
-        if pending:
-            report.append(f"materialized {pending} precommit entries left by a stopped writer")
+    precommit = writer.precommit
+    if precommit is not None and not writer._holding_for_precommit and precommit.entries().offsets:
+        writer.precommit_recovered += writer._materialize_locked()
+    if writer.precommit_recovered:
+        report.append(
+            f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
+        )
+    writer.precommit_recovered = 0
     _remove_clean_shutdown(log)
     return report
 

@@ -101,6 +101,7 @@ class SegmentWriter:
         self.closed = False
         self.torn_bytes_dropped = 0
         self.rebuilt_indexes: list[int] = []
+        self.precommit_recovered = 0  # entries of a dead writer materialized by this one
         self._flock_held = False
         self._flock_depth = 0
         # durability
@@ -311,7 +312,7 @@ class SegmentWriter:
         self.end_offset = max(next_offset, base)
         self._publish_head()
         if head is not None and head.precommit_pending and not self._holding_for_precommit:
-            self._materialize_locked()
+            self.precommit_recovered += self._materialize_locked()
 
     def _next_offset_from_scan(self, fd: int, base: int) -> int:
         size = os.fstat(fd).st_size
@@ -354,7 +355,10 @@ class SegmentWriter:
             os.close(fd)
 
     # -- rolling -----------------------------------------------------------------------
-    def _should_roll(self, incoming: int) -> bool:
+    def _should_roll(self, incoming: int, incoming_ts: int) -> bool:
+        """Roll at ``segment_bytes``, or once the incoming batch is ``segment_ms`` younger
+        than the segment's first batch (Kafka compares record timestamps, not the wall
+        clock, so replaying old data does not roll a segment per batch)."""
         active = self.active
         assert active is not None
         if active.size <= HEADER_SIZE:
@@ -365,7 +369,7 @@ class SegmentWriter:
         return (
             segment_ms is not None
             and active.first_ts is not None
-            and self.clock() - active.first_ts >= segment_ms
+            and incoming_ts - active.first_ts >= segment_ms
         )
 
     def _roll(self) -> None:
@@ -412,7 +416,7 @@ class SegmentWriter:
         return first, seq
 
     def _write_locked(self, batch: EncodedBatch) -> None:
-        if self._should_roll(batch.size):
+        if self._should_roll(batch.size, batch.max_ts):
             self._roll()
         active = self.active
         assert active is not None
@@ -520,13 +524,19 @@ class SegmentWriter:
 
     # -- precommit ---------------------------------------------------------------------
     def append_precommit(
-        self, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: bytes,
+        decoded_headers: dict[str, bytes] | None = None,
     ) -> int:
         buffer = self.precommit
         assert buffer is not None
         payload = (len(key) if key else 0) + (len(value) if value else 0) + len(headers)
         with self.lock:
-            self._check_open()
+            if self.closed:
+                self._check_open()
             if not buffer.room_for(payload):
                 with self._exclusive():
                     self._materialize_locked()
@@ -538,7 +548,7 @@ class SegmentWriter:
                     self._holding_for_precommit = True
                     self._publish_head()
             offset = self.end_offset + buffer.count
-            buffer.append(offset, key, value, timestamp, headers)
+            buffer.append(offset, key, value, timestamp, headers, decoded_headers)
             return offset
 
     def materialize(self) -> None:
@@ -551,17 +561,20 @@ class SegmentWriter:
                 with self._exclusive():
                     self._materialize_locked()
 
-    def _materialize_locked(self) -> None:
-        """Turn pending precommit entries into batches (caller holds both locks)."""
+    def _materialize_locked(self) -> int:
+        """Turn pending precommit entries into batches (caller holds both locks). Returns
+        how many entries were written (entries already in the log are skipped)."""
         buffer = self.precommit
         if buffer is None:
             path = os.path.join(self.directory, filenames.PRECOMMIT)
             buffer = self.precommit = PrecommitBuffer(path, 0)
-        entries = buffer.entries()
+        entries = buffer.pending()
         skip = 0
+        written = 0
         while skip < len(entries.offsets) and entries.offsets[skip] < self.end_offset:
             skip += 1
         if skip < len(entries.offsets) and entries.offsets[skip] == self.end_offset:
+            written = len(entries.offsets) - skip
             keys = entries.keys[skip:]
             values = entries.values[skip:]
             timestamps = entries.timestamps[skip:]
@@ -584,6 +597,7 @@ class SegmentWriter:
         buffer.clear()
         self._holding_for_precommit = False
         self._publish_head()
+        return written
 
     # -- maintenance hooks used by retention, the cleaner and recovery ------------------
     @contextmanager

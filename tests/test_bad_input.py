@@ -235,7 +235,7 @@ def test_truncated_batch_in_the_middle_is_corruption_not_a_torn_tail(log_dir):
 
 def test_truncated_batch_in_the_middle_is_found_with_a_dense_index(log_dir):
     segment, batches = five_batches(log_dir, index_interval_bytes=1)
-    position, length = batches[1]
+    position, _length = batches[1]
     cut_out(segment, position + 60, 30)
     size = segment.stat().st_size
     with pytest.raises(compactlog.CorruptLogError) as error:
@@ -250,11 +250,12 @@ def test_damage_in_a_closed_segment_is_corruption_even_at_its_end(log_dir):
         for i in range(40):
             log.append(b"k%d" % i, b"v" * 40)
     first = segment_files(log_dir)[0]
-    position, length = batch_positions(first)[-1]
+    position, _length = batch_positions(first)[-1]
     flip_bit(first, body_position(position))
-    with compactlog.open(log_dir, read_only=True) as log, pytest.raises(
-        compactlog.CorruptLogError
-    ) as error:
+    with (
+        compactlog.open(log_dir, read_only=True) as log,
+        pytest.raises(compactlog.CorruptLogError) as error,
+    ):
         list(log.read())
     assert error.value.path == str(first)
     assert error.value.position == position
@@ -266,7 +267,7 @@ def test_damage_in_a_closed_segment_is_corruption_even_at_its_end(log_dir):
 @pytest.mark.parametrize("kept", [0, 10, 47, 48, 60])
 def test_truncated_trailing_batch_is_dropped_and_reported(log_dir, kept):
     segment, batches = five_batches(log_dir)
-    position, length = batches[-1]
+    position, _length = batches[-1]
     truncate(segment, position + kept)
     with compactlog.open(log_dir) as log:
         dropped = kept
@@ -282,7 +283,7 @@ def test_truncated_trailing_batch_is_dropped_and_reported(log_dir, kept):
 
 
 def test_garbage_after_the_last_batch_is_a_torn_tail(log_dir):
-    segment, batches = five_batches(log_dir)
+    segment, _batches = five_batches(log_dir)
     append_bytes(segment, b"\x01" * 100)
     with compactlog.open(log_dir) as log:
         assert any("torn tail of 100 bytes" in line for line in log.recovery_report)

@@ -25,7 +25,15 @@ KILLS = 25
 
 def spawn(log_dir, writer, config, count=0, mode="mixed"):
     return subprocess.Popen(
-        [sys.executable, str(CHILD), str(log_dir), str(writer), str(count), mode, json.dumps(config)],
+        [
+            sys.executable,
+            str(CHILD),
+            str(log_dir),
+            str(writer),
+            str(count),
+            mode,
+            json.dumps(config),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

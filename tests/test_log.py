@@ -205,7 +205,7 @@ def test_the_index_lets_read_seek_past_earlier_batches(log_dir):
 def test_a_record_larger_than_segment_bytes_gets_a_segment_of_its_own(log_dir):
     with compactlog.open(log_dir, segment_bytes=1024, max_record_bytes=10_000) as log:
         log.append(b"small", b"s")
-        big = log.append(b"big", b"B" * 5000)
+        log.append(b"big", b"B" * 5000)
         log.append(b"after", b"a")
         assert list_segments(str(log_dir)) == [0, 1, 2]
         assert [r.value for r in log.read()] == [b"s", b"B" * 5000, b"a"]

@@ -68,7 +68,7 @@ def test_threads_and_processes_append_together(log_dir):
             thread.start()
         for thread in threads:
             thread.join()
-    out, err = child.communicate(timeout=60)
+    _out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err.decode()
     assert verify(log_dir, {}) == 750
 

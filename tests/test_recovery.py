@@ -118,7 +118,7 @@ def test_a_deleted_active_segment_never_lets_offsets_be_reused(log_dir):
     compactlog.repair(log_dir)
     with compactlog.open(log_dir) as log:
         assert log.append(b"k", b"v") >= 60
-        assert [r.offset for r in log.read()] == list(range(bases[-1])) + [log.end_offset - 1]
+        assert [r.offset for r in log.read()] == [*list(range(bases[-1])), log.end_offset - 1]
 
 
 def test_repair_moves_checkpoints_below_the_log_start_up(log_dir):

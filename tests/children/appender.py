@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import compactlog  # noqa: E402
-from tests.helpers import value_for  # noqa: E402
+import compactlog
+from tests.helpers import value_for
 
 
 def main() -> None:
