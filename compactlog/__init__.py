@@ -6,7 +6,15 @@
 ...     log.flush()
 ...     for record in log.read():
 ...         print(record.offset, record.key, record.value)
+
+The heavy modules (numpy, zstandard) load on first use of ``open``, ``repair`` and the other
+names below, so that importing the package (and starting the CLI) stays fast.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .config import LogConfig
 from .errors import (
@@ -23,11 +31,33 @@ from .errors import (
     SubscriberError,
     WriteRefusedError,
 )
-from .format import FORMAT_VERSION, Record, RecordBatch
-from .log import Log, open_log
-from .recovery import RepairReport, repair
 
-open = open_log
+if TYPE_CHECKING:
+    from .format import FORMAT_VERSION, Record, RecordBatch
+    from .log import Log
+    from .log import open_log as open
+    from .recovery import RepairReport, repair
+
+_LAZY = {
+    "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
+    "Record": ("format", "Record"),
+    "RecordBatch": ("format", "RecordBatch"),
+    "Log": ("log", "Log"),
+    "open": ("log", "open_log"),
+    "RepairReport": ("recovery", "RepairReport"),
+    "repair": ("recovery", "repair"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'compactlog' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT_VERSION",
