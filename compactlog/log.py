@@ -252,9 +252,10 @@ class Log:
         try:
             # two comprehensions, not zip(*items): zip's per-record tuples wake the garbage
             # collector, which then walks the whole heap (measured: 300 us per 1,000 records)
-            keys = [item[0] for item in items]
-            values = [item[1] for item in items]
-        except (TypeError, IndexError, KeyError):
+            # (unpacking, unlike indexing, also refuses items that are not exactly pairs)
+            keys = [key for key, _value in items]
+            values = [value for _key, value in items]
+        except (TypeError, ValueError):
             raise InvalidRecordError(
                 "append_batch takes an iterable of (key, value) pairs"
             ) from None
