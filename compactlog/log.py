@@ -108,7 +108,14 @@ class Log:
     def _refuse_foreign_directory(self) -> None:
         if os.path.exists(os.path.join(self.directory, filenames.META)):
             return
-        entries = [n for n in os.listdir(self.directory) if not n.startswith(".")]
+        # a temporary file is a meta being written by a process creating the log right now
+        # (or one that died doing so): not a sign of a foreign directory
+        entries = [
+            n
+            for n in os.listdir(self.directory)
+            if not n.startswith(".")
+            and filenames.parse_filename(n).kind is not filenames.FileKind.TEMP
+        ]
         if entries:
             raise NotALogError(
                 f"directory is not empty and has no meta file ({len(entries)} entries, "
@@ -425,9 +432,7 @@ class Log:
             return
         try:
             if self.writer is not None:
-                head = self.writer.close()
-                if head is not None:
-                    recovery.write_clean_shutdown(self, head)
+                self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
 

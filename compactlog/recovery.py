@@ -82,7 +82,10 @@ def recover_on_open(log: Log) -> list[str]:
     # 1.
     for name, parsed in _entries(directory):
         if parsed.kind is filenames.FileKind.TEMP:
-            log.fs.remove(os.path.join(directory, name))
+            try:
+                log.fs.remove(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue  # renamed into place meanwhile by a writer of a small file
             report.append(f"removed unfinished temporary file {name}")
     # 2.
     _clear_rewrites(log, report)

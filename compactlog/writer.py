@@ -146,9 +146,11 @@ class SegmentWriter:
             except Exception:
                 continue
 
-    def close(self) -> Head | None:
+    def close(self, on_final_head: Callable[[Head], None] | None = None) -> Head | None:
         """Materialize, fsync, release everything. Returns the final head (for the clean
-        shutdown marker) or ``None`` if the state is unknown."""
+        shutdown marker) or ``None`` if the state is unknown. ``on_final_head`` is called
+        with it while the writers' lock is still held, so that no other process can open
+        the log (and remove the marker as stale) in between."""
         if self.closed:
             return None
         self._stop.set()
@@ -160,6 +162,8 @@ class SegmentWriter:
             self.sync_all()
             with self.lock, self._exclusive():
                 head = self._current_head()
+                if on_final_head is not None:
+                    on_final_head(head)
         finally:
             with self.lock:
                 self.closed = True

@@ -146,3 +146,31 @@ def test_a_reader_in_another_process_sees_flushed_records(log_dir):
         assert read() == "1 ['flushed']"
         log.flush()
         assert read() == "2 ['flushed', 'pending']"
+
+
+OPEN_WITH_CONFIG = textwrap.dedent(
+    """
+    import sys
+    import compactlog
+    for round in range(5):
+        with compactlog.open(sys.argv[1], retention_ms=int(sys.argv[2]) + round) as log:
+            log.append(b"k", sys.argv[2].encode())
+    """
+)
+
+
+def test_processes_creating_and_reconfiguring_one_log_at_once_all_succeed(log_dir):
+    """Regression: opens that merged config raced on one ``meta.tmp`` (FileNotFoundError)."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_WITH_CONFIG, str(log_dir), str(1000 * (i + 1))],
+            stderr=subprocess.PIPE,
+        )
+        for i in range(WRITERS)
+    ]
+    errors = [child.communicate(timeout=60)[1] for child in children]
+    assert [child.returncode for child in children] == [0] * WRITERS, b"".join(errors).decode()
+    with compactlog.open(log_dir) as log:
+        assert log.end_offset == 5 * WRITERS
+        assert log.config.retention_ms in {1000 * (i + 1) + 4 for i in range(WRITERS)}
+    assert not list(log_dir.glob("*.tmp"))
