@@ -68,6 +68,8 @@ from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
 WRITE_CHUNK = 1 << 20
+WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
+WINDOW_BYTES = 8 << 20  # bytes of batches held at once
 
 
 class Aborted(Exception):
@@ -442,16 +444,11 @@ def _build_map(
     for seg in segments:
         if seg.next_base <= first_dirty or seg.base >= uncleanable:
             continue
-        for batch in _batches(directory, seg.base):
-            stats.map_bytes_read += batch.size_bytes
-            throttle.account(batch.size_bytes)
-            if batch.next_offset <= first_dirty:
-                continue
-            if abort():
-                raise Aborted
-            offsets = batch.offsets
-            mask = (offsets >= first_dirty) & (batch.key_lengths >= 0)
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+        for window in _windows(directory, seg.base, stats, throttle, abort, first_dirty):
+            cols = _Columns(window)
+            offsets = cols.offsets
+            mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
+            hi, lo = key_digests(cols.keys_blob, cols.key_lengths)
             if not mask.all():
                 hi, lo, offsets = hi[mask], lo[mask], offsets[mask]
             stats.map_records += len(offsets)
@@ -464,6 +461,57 @@ def _build_map(
     if offset_map.full_at is not None:
         return offset_map.full_at
     return uncleanable
+
+
+def _windows(
+    directory: str,
+    base: int,
+    stats: CleanerStats,
+    throttle: Throttler,
+    abort: Callable[[], bool],
+    first_dirty: int,
+) -> Iterator[list[RecordBatch]]:
+    """The batches of a segment holding offsets from ``first_dirty`` on, in windows of
+    about :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing and map
+    lookups work on a window at once). Polls ``should_abort`` between batches."""
+    window: list[RecordBatch] = []
+    records = nbytes = 0
+    for batch in _batches(directory, base):
+        stats.map_bytes_read += batch.size_bytes
+        throttle.account(batch.size_bytes)
+        if batch.next_offset <= first_dirty:
+            continue
+        if abort():
+            raise Aborted
+        window.append(batch)
+        records += len(batch)
+        nbytes += batch.size_bytes
+        if records >= WINDOW_RECORDS or nbytes >= WINDOW_BYTES:
+            yield window
+            window = []
+            records = nbytes = 0
+    if window:
+        yield window
+
+
+class _Columns:
+    """The columns of a window of batches, concatenated."""
+
+    def __init__(self, window: list[RecordBatch]) -> None:
+        if len(window) == 1:
+            batch = window[0]
+            self.offsets = batch.offsets
+            self.key_lengths = batch.key_lengths
+            self.value_lengths = batch.value_lengths
+            self.keys_blob: bytes | memoryview = batch.keys_blob
+        else:
+            self.offsets = np.concatenate([b.offsets for b in window])
+            self.key_lengths = np.concatenate([b.key_lengths for b in window])
+            self.value_lengths = np.concatenate([b.value_lengths for b in window])
+            self.keys_blob = b"".join([b.keys_blob for b in window])
+        counts = np.fromiter((len(b) for b in window), dtype=np.int64, count=len(window))
+        self.ends = np.cumsum(counts)
+        self.starts = self.ends - counts
 
 
 @dataclass
@@ -480,56 +528,87 @@ class _Context:
     abort: Callable[[], bool]
     head_tombstones: int = 0
 
+    def __post_init__(self) -> None:
+        self.codec = CODECS[self.config.compression]
+        self.level = self.config.compression_level
+        self.retention = self.config.delete_retention_ms
+
 
 def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
-    """Filter one segment into the group's rewrite."""
-    stats = ctx.stats
-    codec = CODECS[ctx.config.compression]
-    level = ctx.config.compression_level
-    retention = ctx.config.delete_retention_ms
+    """Filter one segment into the group's rewrite, a window of batches at a time."""
+    window: list[RecordBatch] = []
+    records = nbytes = 0
     with SegmentReader(directory, seg.base, last_segment=False) as reader:
         for batch in reader.batches(HEADER_SIZE):
             if ctx.abort():
                 raise Aborted
             size = batch.size_bytes
-            stats.bytes_read += size
+            ctx.stats.bytes_read += size
             ctx.throttle.account(size)
-            count = len(batch)
-            offsets = batch.offsets
-            has_key = batch.key_lengths >= 0
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-            latest = ctx.offset_map.get(hi, lo)
-            drop = has_key & (latest > offsets)
-            tombstone = batch.value_lengths < 0
-            if tombstone.any():
-                passed = tombstone & (offsets < ctx.first_dirty)
-                if passed.any():
-                    expired = passed & (ctx.marks.first_seen(offsets) + retention <= ctx.now)
-                    drop |= expired
-                first_pass = tombstone & ~drop & (offsets >= ctx.first_dirty)
-                ctx.head_tombstones += int((first_pass & (offsets < ctx.map_end)).sum())
-            if count and int(offsets[0]) < ctx.log_start:
-                drop |= offsets < ctx.log_start
-            removed = int(drop.sum())
-            stats.records_read += count
-            stats.records_removed += removed
-            stats.records_retained += count - removed
-            stats.tombstones_removed += int((tombstone & drop).sum())
-            stats.tombstones_retained += int((tombstone & ~drop).sum())
-            if removed == 0:
-                data = read_all(reader.fd, batch.position, size)
-                stats.batches_copied += 1
-            elif removed == count:
-                stats.batches_dropped += 1
-                group.changed = True
-                continue
-            else:
-                data = encode_filtered(filter_batch(batch, ~drop), codec, level)
-                stats.batches_rewritten += 1
-                group.changed = True
-            group.add(batch.base_offset, data)
-            stats.bytes_written += len(data)
-            ctx.throttle.account(len(data))
+            window.append(batch)
+            records += len(batch)
+            nbytes += size
+            if records >= WINDOW_RECORDS or nbytes >= WINDOW_BYTES:
+                _clean_window(reader, window, group, ctx)
+                window = []
+                records = nbytes = 0
+        if window:
+            _clean_window(reader, window, group, ctx)
+
+
+def _clean_window(
+    reader: SegmentReader, window: list[RecordBatch], group: _GroupWriter, ctx: _Context
+) -> None:
+    """Decide the fate of every record of a window at once, then copy, re-encode or drop
+    each batch."""
+    stats = ctx.stats
+    cols = _Columns(window)
+    offsets = cols.offsets
+    hi, lo = key_digests(cols.keys_blob, cols.key_lengths)
+    drop = ctx.offset_map.get(hi, lo) > offsets
+    if not bool((cols.key_lengths >= 0).all()):
+        drop &= cols.key_lengths >= 0
+    tombstone = cols.value_lengths < 0
+    n_tombstones = int(tombstone.sum())
+    if n_tombstones:
+        passed = tombstone & (offsets < ctx.first_dirty)
+        if passed.any():
+            expired = passed & (ctx.marks.first_seen(offsets) + ctx.retention <= ctx.now)
+            drop |= expired
+        first_pass = tombstone & ~drop & (offsets >= ctx.first_dirty)
+        ctx.head_tombstones += int((first_pass & (offsets < ctx.map_end)).sum())
+    if len(offsets) and int(offsets[0]) < ctx.log_start:
+        drop |= offsets < ctx.log_start
+    count = len(offsets)
+    removed = int(drop.sum())
+    stats.records_read += count
+    stats.records_removed += removed
+    stats.records_retained += count - removed
+    if n_tombstones:
+        dead = int((tombstone & drop).sum())
+        stats.tombstones_removed += dead
+        stats.tombstones_retained += n_tombstones - dead
+    if removed == 0:
+        per_batch = np.zeros(len(window), dtype=np.int64)
+    else:
+        dropped = np.concatenate(([0], np.cumsum(drop)))
+        per_batch = dropped[cols.ends] - dropped[cols.starts]
+    for i, (batch, lost) in enumerate(zip(window, per_batch.tolist(), strict=True)):
+        if lost == 0:
+            data = read_all(reader.fd, batch.position, batch.size_bytes)
+            stats.batches_copied += 1
+        elif lost == len(batch):
+            stats.batches_dropped += 1
+            group.changed = True
+            continue
+        else:
+            keep = ~drop[int(cols.starts[i]) : int(cols.ends[i])]
+            data = encode_filtered(filter_batch(batch, keep), ctx.codec, ctx.level)
+            stats.batches_rewritten += 1
+            group.changed = True
+        group.add(batch.base_offset, data)
+        stats.bytes_written += len(data)
+        ctx.throttle.account(len(data))
 
 
 def _install(fs: FileSystem, directory: str, group: _GroupWriter, stats: CleanerStats) -> None:

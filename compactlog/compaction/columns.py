@@ -29,8 +29,16 @@ _EMPTY = np.empty(0, dtype=np.uint8)
 def _cut_blob(blob: bytes | memoryview | None, lengths: np.ndarray, mask: np.ndarray) -> bytes:
     if blob is None or len(blob) == 0:
         return b""
-    sizes = np.maximum(lengths, 0)
-    kept = np.repeat(mask, sizes)
+    present = lengths > 0
+    width = int(lengths.max())
+    if width <= 0:
+        return b""
+    if bool((lengths[present] == width).all()):
+        # every non-empty item has the same length (fixed-size keys, values or tombstones):
+        # cut whole rows, no byte mask
+        rows = np.frombuffer(blob, dtype=f"V{width}")
+        return rows[mask[present]].tobytes()
+    kept = np.repeat(mask, np.maximum(lengths, 0))
     return np.frombuffer(blob, dtype=np.uint8)[kept].tobytes()
 
 

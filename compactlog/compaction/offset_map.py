@@ -34,6 +34,7 @@ import numpy as np
 BYTES_PER_ENTRY = 24
 VECTOR_KEY_BYTES = 64
 MIN_STAGE = 1 << 16
+MAX_STAGE = 1 << 18
 
 _U64 = np.uint64
 _C1 = _U64(0x9E3779B97F4A7C15)
@@ -132,6 +133,30 @@ def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarr
     return hi, lo
 
 
+def sort_order(hi: np.ndarray) -> np.ndarray:
+    """A stable permutation sorting ``hi`` (equal values keep their order), fast.
+
+    The positions are packed into the low bits of the values and the packed words sorted
+    with numpy's (SIMD) ``np.sort``, about three times faster than ``argsort``. Values that
+    agree on their remaining high bits come out in position order, not value order; that is
+    rare for digests and checked, with ``argsort(kind="stable")`` as the fallback.
+    """
+    n = len(hi)
+    if n < 2:
+        return np.arange(n, dtype=np.intp)
+    bits = (n - 1).bit_length()
+    low = _U64((1 << bits) - 1)
+    packed = hi & ~low
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    packed &= low
+    order = packed.astype(np.intp)
+    ordered = hi[order]
+    if not bool((ordered[1:] >= ordered[:-1]).all()):
+        order = np.argsort(hi, kind="stable")
+    return order
+
+
 class OffsetMap:
     """Latest offset per key digest, in sorted numpy arrays (24 bytes per key).
 
@@ -150,6 +175,7 @@ class OffsetMap:
         self.full_at: int | None = None
         self.latest_offset = -1  # largest offset put so far (and accepted)
         self.inserts = 0
+        self.merges = 0
         self._hi_shared = False  # do two entries share ``hi``? (2**-64 odds per pair)
 
     def __len__(self) -> int:
@@ -168,6 +194,12 @@ class OffsetMap:
         return self.full_at is not None
 
     # -- inserting ---------------------------------------------------------------------
+    def _stage_limit(self) -> int:
+        """Records to stage before a merge: at least :data:`MIN_STAGE`, at least the room
+        left (fewer merges), at most :data:`MAX_STAGE` (bounds the merge's temporaries)."""
+        room = self.capacity - len(self.hi)
+        return max(MIN_STAGE, min(MAX_STAGE, max(room, len(self.hi) // 2)))
+
     def put(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> bool:
         """Stage one batch of keys (ascending offsets). False once the map is full: the
         caller stops feeding it and reads ``full_at``."""
@@ -177,7 +209,7 @@ class OffsetMap:
             return True
         self._stage.append((hi, lo, offsets.astype(np.int64, copy=False)))
         self._staged += len(offsets)
-        if self._staged >= max(MIN_STAGE, len(self.hi) // 2) or self._staged > self.capacity:
+        if self._staged >= self._stage_limit():
             self.flush()
         return self.full_at is None
 
@@ -185,72 +217,98 @@ class OffsetMap:
         """Merge the stage into the sorted arrays (cut at the capacity)."""
         if not self._stage:
             return
-        s_hi = np.concatenate([s[0] for s in self._stage])
-        s_lo = np.concatenate([s[1] for s in self._stage])
-        s_off = np.concatenate([s[2] for s in self._stage])
+        if len(self._stage) == 1:
+            s_hi, s_lo, s_off = self._stage[0]
+        else:
+            s_hi = np.concatenate([s[0] for s in self._stage])
+            s_lo = np.concatenate([s[1] for s in self._stage])
+            s_off = np.concatenate([s[2] for s in self._stage])
         self._stage.clear()
         self._staged = 0
         self._merge(s_hi, s_lo, s_off)
 
     def _merge(self, s_hi: np.ndarray, s_lo: np.ndarray, s_off: np.ndarray) -> None:
         count = len(s_off)
-        order = np.argsort(s_hi)
+        self.merges += 1
+        order = sort_order(s_hi)  # stable: equal digests stay in offset order
         o_hi = s_hi[order]
         o_lo = s_lo[order]
         same_hi = o_hi[1:] == o_hi[:-1]
-        if bool((same_hi & (o_lo[1:] != o_lo[:-1])).any()):
+        same = same_hi & (o_lo[1:] == o_lo[:-1])
+        if bool((same_hi != same).any()):
             # distinct keys sharing ``hi``: sort by the whole digest so equal keys are adjacent
             order = np.lexsort((s_lo, s_hi))
             o_hi = s_hi[order]
             o_lo = s_lo[order]
-            same_hi = o_hi[1:] == o_hi[:-1]
-        starts_group = np.empty(count, dtype=bool)
-        starts_group[0] = True
-        np.logical_not(same_hi & (o_lo[1:] == o_lo[:-1]), out=starts_group[1:])
-        firsts = np.flatnonzero(starts_group)
-        u_hi = o_hi[firsts]
-        u_lo = o_lo[firsts]
-        # offsets ascend along the stage, so a key's latest offset is its largest and its
-        # first occurrence is its smallest stage position
-        u_off = np.maximum.reduceat(s_off[order], firsts)
-        found, where = self._locate(u_hi, u_lo)
+            same = (o_hi[1:] == o_hi[:-1]) & (o_lo[1:] == o_lo[:-1])
+        # a key's first occurrence is its smallest stage position and its last occurrence
+        # its latest (largest) offset: the sort is stable and offsets ascend
+        last = np.empty(count, dtype=bool)
+        last[-1] = True
+        np.logical_not(same, out=last[:-1])
+        lasts = np.flatnonzero(last)
+        u_hi = o_hi[lasts]
+        u_lo = o_lo[lasts]
+        u_off = s_off[order[lasts]]
+        found, where = self._locate_sorted(u_hi, u_lo)
         new = ~found
         new_count = int(new.sum())
         room = self.capacity - len(self.hi)
         if new_count > room:
             # keep the prefix of the stage (offset order) whose new keys fit
-            first_positions = np.sort(np.minimum.reduceat(order, firsts)[new])
+            first = np.empty(count, dtype=bool)
+            first[0] = True
+            np.logical_not(same, out=first[1:])
+            first_positions = np.sort(order[np.flatnonzero(first)][new])
             cut = int(first_positions[room])
-            self.full_at = int(s_off[cut])
             if cut > 0:
                 self._merge(s_hi[:cut], s_lo[:cut], s_off[:cut])
             self.full_at = int(s_off[cut])
             return
         self.inserts += count
         self.latest_offset = max(self.latest_offset, int(s_off[-1]))
-        if len(where) and found.any():
+        if found.any():
             self.off[where[found]] = u_off[found]
         if new_count:
-            n_hi = u_hi[new]
-            n_lo = u_lo[new]
-            positions = self._insert_positions(n_hi, n_lo)
-            self.hi = np.insert(self.hi, positions, n_hi)
-            self.lo = np.insert(self.lo, positions, n_lo)
-            self.off = np.insert(self.off, positions, u_off[new])
-            self._hi_shared = bool((self.hi[1:] == self.hi[:-1]).any())
+            self._insert(u_hi[new], u_lo[new], u_off[new], where[new])
+
+    def _insert(self, n_hi: np.ndarray, n_lo: np.ndarray, n_off: np.ndarray, left: np.ndarray) -> None:
+        """Insert new (sorted, distinct, absent) digests; ``left`` is where ``searchsorted``
+        put each among the entries (``side="left"``)."""
+        size = len(self.hi)
+        count = len(n_hi)
+        if size and bool((self.hi[np.minimum(left, size - 1)] == n_hi).any()):
+            positions = self._insert_positions(n_hi, n_lo)  # an entry shares ``hi``
+        else:
+            positions = left
+        if count > 1 and bool((n_hi[1:] == n_hi[:-1]).any()):
+            self._hi_shared = True
+        # the merged arrays: new entries at ``positions + i``, the old ones in the rest
+        slots = positions + np.arange(count)
+        old = np.ones(size + count, dtype=bool)
+        old[slots] = False
+        for name, values in (("hi", n_hi), ("lo", n_lo), ("off", n_off)):
+            current = getattr(self, name)
+            merged = np.empty(size + count, dtype=current.dtype)
+            merged[slots] = values
+            merged[old] = current
+            setattr(self, name, merged)
+            del current
 
     # -- searching ---------------------------------------------------------------------
-    def _locate(self, q_hi: np.ndarray, q_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found mask, index of the entry where found) for each query digest."""
+    def _locate_sorted(
+        self, q_hi: np.ndarray, q_lo: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, index of the entry where found) for query digests sorted by ``hi``
+        (numpy's ``searchsorted`` reuses the last bound: sorted queries search several
+        times faster than random ones)."""
         size = len(self.hi)
         if size == 0:
-            return np.zeros(len(q_hi), dtype=bool), np.zeros(len(q_hi), dtype=np.int64)
-        # sorted queries search about three times faster (numpy reuses the last bound)
-        order = np.argsort(q_hi)
-        left = np.empty(len(q_hi), dtype=np.int64)
-        left[order] = np.searchsorted(self.hi, q_hi[order], side="left")
+            return np.zeros(len(q_hi), dtype=bool), np.zeros(len(q_hi), dtype=np.intp)
+        left = np.searchsorted(self.hi, q_hi, side="left")
         clipped = np.minimum(left, size - 1)
-        found = (self.hi[clipped] == q_hi) & (self.lo[clipped] == q_lo)
+        found = self.hi[clipped] == q_hi
+        found &= self.lo[clipped] == q_lo
         if self._hi_shared:
             # entries sharing ``hi`` (a 64-bit partial collision): check them one by one
             right = np.searchsorted(self.hi, q_hi, side="right")
@@ -263,31 +321,58 @@ class OffsetMap:
         return found, clipped
 
     def _insert_positions(self, n_hi: np.ndarray, n_lo: np.ndarray) -> np.ndarray:
-        """Where to insert new (sorted, distinct, absent) digests to keep ``(hi, lo)`` order."""
+        """Where to insert new (sorted, distinct, absent) digests to keep ``(hi, lo)`` order
+        when some share ``hi`` with an entry."""
         left = np.searchsorted(self.hi, n_hi, side="left")
         right = np.searchsorted(self.hi, n_hi, side="right")
-        positions = left.copy()
-        for i in np.flatnonzero(right > left).tolist():
+        shared = np.flatnonzero(right > left)
+        if len(shared):
+            self._hi_shared = True
+        positions = left
+        for i in shared.tolist():
             j = int(left[i])
             while j < int(right[i]) and self.lo[j] < n_lo[i]:
                 j += 1
             positions[i] = j
         return positions
 
-    def get(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-        """The latest offset of each digest, -1 where the key is not in the map."""
+    def latest_bits(self, start: int, end: int) -> np.ndarray:
+        """A bitmap (``np.packbits`` order) over offsets ``[start, end)``: bit ``o - start``
+        is set iff ``o`` is the latest offset of a key in the map. Once the map holds every
+        keyed record of ``[start, end)``, a record there is the latest of its key iff its
+        bit is set: no digest, no search. ``(end - start) / 8`` bytes."""
         self.flush()
-        found, where = self._locate(hi, lo)
+        bits = np.zeros(end - start, dtype=bool)
+        inside = self.off[(self.off >= start) & (self.off < end)]
+        bits[inside - start] = True
+        return np.packbits(bits)
+
+    def get(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """The latest offset of each digest, -1 where the key is not in the map.
+
+        Ask for many keys at once (a window of batches): the queries are sorted first.
+        """
+        self.flush()
         result = np.full(len(hi), -1, dtype=np.int64)
-        if found.any():
-            result[found] = self.off[where[found]]
+        if len(self.hi) == 0 or len(hi) == 0:
+            return result
+        order = sort_order(hi)
+        found, where = self._locate_sorted(hi[order], lo[order])
+        hits = np.flatnonzero(found)
+        result[order[hits]] = self.off[where[hits]]
         return result
 
     def _check(self) -> None:
-        """Invariants: sorted by (hi, lo), distinct, within capacity."""
+        """Invariants: sorted by (hi, lo), distinct, within capacity, ``_hi_shared`` set
+        whenever two entries share ``hi``, offsets at most the latest put."""
         assert len(self.hi) == len(self.lo) == len(self.off) <= self.capacity
+        assert self.hi.dtype == self.lo.dtype == np.uint64 and self.off.dtype == np.int64
         if len(self.hi) > 1:
             order = np.lexsort((self.lo, self.hi))
             assert (order == np.arange(len(order))).all(), "offset map not sorted"
-            same = (self.hi[1:] == self.hi[:-1]) & (self.lo[1:] == self.lo[:-1])
+            same_hi = self.hi[1:] == self.hi[:-1]
+            same = same_hi & (self.lo[1:] == self.lo[:-1])
             assert not same.any(), "duplicate digest in offset map"
+            assert self._hi_shared or not same_hi.any(), "shared hi not flagged"
+        if len(self.off):
+            assert int(self.off.max()) <= self.latest_offset
