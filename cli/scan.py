@@ -26,6 +26,7 @@ from compactlog.format import (
     find_next_valid_batch,
 )
 from compactlog.head import Head, read_head_file
+from compactlog.reader import trim_batch
 from compactlog.segment import (
     HEADER_SIZE,
     SegmentReader,
@@ -211,17 +212,10 @@ def salvage_batches(
                             continue
                         if end is not None and batch.base_offset >= end:
                             return
-                        offsets = batch.offsets
-                        if len(offsets) and (
-                            offsets[0] < next_offset or (end is not None and offsets[-1] >= end)
-                        ):
-                            mask = offsets >= next_offset
-                            if end is not None:
-                                mask &= offsets < end
-                            batch = batch.select(mask)
+                        trimmed = trim_batch(batch, next_offset, end)
                         next_offset = batch.next_offset
-                        if len(batch):
-                            yield batch
+                        if len(trimmed):
+                            yield trimmed
                     break
                 except CorruptLogError as error:
                     on_problem(error)

@@ -36,17 +36,10 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
                     continue
                 if end is not None and batch.base_offset >= end:
                     return
-                offsets = batch.offsets
-                if len(offsets) and (
-                    offsets[0] < next_offset or (end is not None and offsets[-1] >= end)
-                ):
-                    mask = offsets >= next_offset
-                    if end is not None:
-                        mask &= offsets < end
-                    batch = batch.select(mask)
+                trimmed = trim_batch(batch, next_offset, end)
                 next_offset = batch.next_offset
-                if len(batch):
-                    yield batch
+                if len(trimmed):
+                    yield trimmed
         if last:
             newer = list_segments(directory)
             if not newer or newer[-1] <= base:
@@ -77,3 +70,15 @@ def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator
     if first is not None:
         yield first
         yield from iterator
+
+
+def trim_batch(batch: RecordBatch, start: int, end: int | None) -> RecordBatch:
+    """The records of ``batch`` with offsets in ``[start, end)`` (the batch itself when all
+    of them are)."""
+    offsets = batch.offsets
+    if not len(offsets) or (offsets[0] >= start and (end is None or offsets[-1] < end)):
+        return batch
+    mask = offsets >= start
+    if end is not None:
+        mask &= offsets < end
+    return batch.select(mask)

@@ -70,6 +70,9 @@ MAX_GROUP_OFFSETS = (1 << 32) - 1
 WRITE_CHUNK = 1 << 20
 WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
 WINDOW_BYTES = 8 << 20  # bytes of batches held at once
+# the head bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
+# most 4 bytes per map key; a longer head (many versions per key) is looked up by digest
+BITMAP_OFFSETS_PER_KEY = 32
 
 
 class Aborted(Exception):
@@ -356,6 +359,9 @@ def _clean(
     context = _Context(
         config, offset_map, marks, now, first_dirty, map_end, log_start, stats, throttle, abort
     )
+    span = map_end - first_dirty
+    if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
+        context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
     stats.segments_before = len(to_clean)
     group: _GroupWriter | None = None
     try:
@@ -448,7 +454,7 @@ def _build_map(
             cols = _Columns(window)
             offsets = cols.offsets
             mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
-            hi, lo = key_digests(cols.keys_blob, cols.key_lengths)
+            hi, lo = cols.digests()
             if not mask.all():
                 hi, lo, offsets = hi[mask], lo[mask], offsets[mask]
             stats.map_records += len(offsets)
@@ -498,20 +504,32 @@ class _Columns:
     """The columns of a window of batches, concatenated."""
 
     def __init__(self, window: list[RecordBatch]) -> None:
+        self.window = window
         if len(window) == 1:
             batch = window[0]
             self.offsets = batch.offsets
             self.key_lengths = batch.key_lengths
             self.value_lengths = batch.value_lengths
-            self.keys_blob: bytes | memoryview = batch.keys_blob
         else:
             self.offsets = np.concatenate([b.offsets for b in window])
             self.key_lengths = np.concatenate([b.key_lengths for b in window])
             self.value_lengths = np.concatenate([b.value_lengths for b in window])
-            self.keys_blob = b"".join([b.keys_blob for b in window])
         counts = np.fromiter((len(b) for b in window), dtype=np.int64, count=len(window))
         self.ends = np.cumsum(counts)
         self.starts = self.ends - counts
+
+    def digests(self, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Key digests of the first ``count`` records (all by default)."""
+        window = self.window
+        lengths = self.key_lengths
+        if count is not None and count < len(lengths):
+            lengths = lengths[:count]
+            window = window[: int(np.searchsorted(self.starts, count, side="left"))]
+        if len(window) == 1:
+            blob: bytes | memoryview = window[0].keys_blob
+        else:
+            blob = b"".join([b.keys_blob for b in window])
+        return key_digests(blob, lengths)
 
 
 @dataclass
@@ -527,6 +545,7 @@ class _Context:
     throttle: Throttler
     abort: Callable[[], bool]
     head_tombstones: int = 0
+    latest_bits: np.ndarray | None = None  # OffsetMap.latest_bits(first_dirty, map_end)
 
     def __post_init__(self) -> None:
         self.codec = CODECS[self.config.compression]
@@ -564,10 +583,7 @@ def _clean_window(
     stats = ctx.stats
     cols = _Columns(window)
     offsets = cols.offsets
-    hi, lo = key_digests(cols.keys_blob, cols.key_lengths)
-    drop = ctx.offset_map.get(hi, lo) > offsets
-    if not bool((cols.key_lengths >= 0).all()):
-        drop &= cols.key_lengths >= 0
+    drop = _superseded(cols, ctx)
     tombstone = cols.value_lengths < 0
     n_tombstones = int(tombstone.sum())
     if n_tombstones:
@@ -609,6 +625,35 @@ def _clean_window(
         group.add(batch.base_offset, data)
         stats.bytes_written += len(data)
         ctx.throttle.account(len(data))
+
+
+def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
+    """Which records of a window have a later record of their key in the map.
+
+    Records of the head covered by the map (``[first_dirty, map_end)``) were all put in
+    it, so one is superseded iff it is not the latest offset of its key: its bit in
+    ``latest_bits`` is clear. Records below the head are looked up by digest; records at or
+    past ``map_end`` are newer than anything the map holds."""
+    offsets = cols.offsets
+    count = len(offsets)
+    drop = np.zeros(count, dtype=bool)
+    bits = ctx.latest_bits
+    if bits is None:
+        looked_up = count
+        head = head_end = count
+    else:
+        looked_up = head = int(np.searchsorted(offsets, ctx.first_dirty))
+        head_end = int(np.searchsorted(offsets, ctx.map_end))
+    if looked_up:
+        hi, lo = cols.digests(looked_up)
+        drop[:looked_up] = ctx.offset_map.get(hi, lo) > offsets[:looked_up]
+    if bits is not None and head_end > head:
+        rel = offsets[head:head_end] - ctx.first_dirty
+        latest = (bits[rel >> 3] >> (7 - (rel & 7)).astype(np.uint8)) & 1
+        drop[head:head_end] = latest == 0
+    if not bool((cols.key_lengths >= 0).all()):
+        drop &= cols.key_lengths >= 0
+    return drop
 
 
 def _install(fs: FileSystem, directory: str, group: _GroupWriter, stats: CleanerStats) -> None:

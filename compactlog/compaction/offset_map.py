@@ -272,7 +272,9 @@ class OffsetMap:
         if new_count:
             self._insert(u_hi[new], u_lo[new], u_off[new], where[new])
 
-    def _insert(self, n_hi: np.ndarray, n_lo: np.ndarray, n_off: np.ndarray, left: np.ndarray) -> None:
+    def _insert(
+        self, n_hi: np.ndarray, n_lo: np.ndarray, n_off: np.ndarray, left: np.ndarray
+    ) -> None:
         """Insert new (sorted, distinct, absent) digests; ``left`` is where ``searchsorted``
         put each among the entries (``side="left"``)."""
         size = len(self.hi)
@@ -296,10 +298,9 @@ class OffsetMap:
             del current
 
     # -- searching ---------------------------------------------------------------------
-    def _locate_sorted(
-        self, q_hi: np.ndarray, q_lo: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(found mask, index of the entry where found) for query digests sorted by ``hi``
+    def _locate_sorted(self, q_hi: np.ndarray, q_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, index of the entry where found, else ``searchsorted``'s insertion
+        point) for query digests sorted by ``hi``
         (numpy's ``searchsorted`` reuses the last bound: sorted queries search several
         times faster than random ones)."""
         size = len(self.hi)
@@ -316,9 +317,9 @@ class OffsetMap:
                 for j in range(int(left[i]), int(right[i])):
                     if self.lo[j] == q_lo[i]:
                         found[i] = True
-                        clipped[i] = j
+                        left[i] = j
                         break
-        return found, clipped
+        return found, left
 
     def _insert_positions(self, n_hi: np.ndarray, n_lo: np.ndarray) -> np.ndarray:
         """Where to insert new (sorted, distinct, absent) digests to keep ``(hi, lo)`` order
@@ -342,10 +343,10 @@ class OffsetMap:
         keyed record of ``[start, end)``, a record there is the latest of its key iff its
         bit is set: no digest, no search. ``(end - start) / 8`` bytes."""
         self.flush()
-        bits = np.zeros(end - start, dtype=bool)
-        inside = self.off[(self.off >= start) & (self.off < end)]
-        bits[inside - start] = True
-        return np.packbits(bits)
+        bits = np.zeros((end - start + 7) // 8, dtype=np.uint8)
+        inside = self.off[(self.off >= start) & (self.off < end)] - start
+        np.bitwise_or.at(bits, inside >> 3, (128 >> (inside & 7)).astype(np.uint8))
+        return bits
 
     def get(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """The latest offset of each digest, -1 where the key is not in the map.
