@@ -60,7 +60,6 @@ from .segment import (
 
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20
-MAX_RETIRED_FDS = 4
 
 
 class ActiveSegment:
@@ -109,7 +108,7 @@ class SegmentWriter:
         self.synced_seq = 0
         self._sync_cond = threading.Condition()
         self._syncing = False
-        self._retired: list[int] = []
+        self._retired: list[int] = []  # bases of rolled segments not yet fsynced
         self._dir_dirty = False
         # self-protection
         self._last_space_check = float("-inf")
@@ -169,8 +168,6 @@ class SegmentWriter:
                 self.closed = True
                 if self.precommit is not None:
                     self.precommit.close()
-                for fd in self._retired:
-                    os.close(fd)
                 self._retired.clear()
                 if self.active is not None:
                     os.close(self.active.fd)
@@ -351,12 +348,12 @@ class SegmentWriter:
         write_index(self.fs, self.directory, base, result.index_entries)
 
     def _retire(self, active: ActiveSegment) -> None:
+        """Stop appending to a segment. It is fsynced by the next sync (``flush()`` promises
+        durability of rolled segments too), not here: with ``sync="os"`` a roll costs no
+        fsync on the append path."""
         os.close(active.index_fd)
-        self._retired.append(active.fd)
-        if len(self._retired) > MAX_RETIRED_FDS:
-            fd = self._retired.pop(0)
-            self.fs.fdatasync(fd)  # flush() promises durability of rolled segments too
-            os.close(fd)
+        os.close(active.fd)
+        self._retired.append(active.base)
 
     # -- rolling -----------------------------------------------------------------------
     def _should_roll(self, incoming: int, incoming_ts: int) -> bool:
@@ -515,16 +512,24 @@ class SegmentWriter:
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             active_fd = os.dup(self.active.fd)
         try:
-            for fd in retired:
-                self.fs.fdatasync(fd)
+            for base in retired:
+                self._sync_closed_segment(base)
             self.fs.fdatasync(active_fd)
             if dir_dirty:
                 self.fs.fsync_dir(self.directory)
         finally:
             os.close(active_fd)
-            for fd in retired:
-                os.close(fd)
         return target
+
+    def _sync_closed_segment(self, base: int) -> None:
+        try:
+            fd = self.fs.open(segment_path(self.directory, base), os.O_RDONLY)
+        except FileNotFoundError:
+            return  # removed by retention, or replaced by a cleaner that fsynced its output
+        try:
+            self.fs.fdatasync(fd)
+        finally:
+            self.fs.close(fd)
 
     # -- precommit ---------------------------------------------------------------------
     def append_precommit(
