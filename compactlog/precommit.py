@@ -23,7 +23,6 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 from .format import (
     FILE_HEADER,
@@ -77,7 +76,7 @@ class PrecommitBuffer:
         self.bytes_pending = 0
         # what this process appended since the last clear, so that materializing does not
         # re-parse the mmap it just wrote (the mmap is parsed only after a crash)
-        self._mirror_items: list[tuple[Any, ...]] = []
+        self._forget_mirror()
 
     def close(self) -> None:
         self.map.close()
@@ -99,7 +98,13 @@ class PrecommitBuffer:
         The entry and a zeroed length after it (so a parse never runs into a stale entry)
         go in with one copy; a process killed mid-copy leaves an entry whose CRC fails.
         """
-        self._mirror_items.append((offset, key, value, timestamp, decoded_headers))
+        if not self._keys:
+            self._first_offset = offset
+        self._keys.append(key)
+        self._values.append(value)
+        self._timestamps.append(timestamp)
+        if decoded_headers:
+            self._headers[len(self._keys) - 1] = decoded_headers
         payload = b"".join(
             (
                 _FIELDS.pack(
@@ -126,11 +131,17 @@ class PrecommitBuffer:
     def pending(self) -> PendingEntries:
         """The entries to materialize: this process's own, or those parsed from the file
         when another (dead) process wrote them."""
-        if self.count and len(self._mirror_items) == self.count:
-            offsets, keys, values, timestamps, headers = map(
-                list, zip(*self._mirror_items, strict=True)
+        count = len(self._keys)
+        if self.count and count == self.count:
+            first = self._first_offset
+            headers = self._headers
+            return PendingEntries(
+                list(range(first, first + count)),
+                self._keys,
+                self._values,
+                self._timestamps,
+                [headers.get(i) for i in range(count)] if headers else [None] * count,
             )
-            return PendingEntries(offsets, keys, values, timestamps, headers)
         return self.entries()
 
     def entries(self) -> PendingEntries:
@@ -169,9 +180,16 @@ class PrecommitBuffer:
             pos += length
         return result
 
+    def _forget_mirror(self) -> None:
+        self._first_offset = 0
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._timestamps: list[int] = []
+        self._headers: dict[int, dict[str, bytes]] = {}
+
     def clear(self) -> None:
         self.map[DATA_START : DATA_START + 4] = b"\0\0\0\0"
         self.position = DATA_START
         self.count = 0
         self.bytes_pending = 0
-        self._mirror_items: list[tuple[Any, ...]] = []
+        self._forget_mirror()

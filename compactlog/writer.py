@@ -589,10 +589,11 @@ class SegmentWriter:
             timestamps = entries.timestamps[skip:]
             headers = entries.headers[skip:]
             codec = 1 if self.config.compression == "zstd" else 0
-            for lo, hi in split_points(
-                [(len(k or b"") + len(v or b"")) for k, v in zip(keys, values, strict=True)],
-                self.config.segment_bytes,
-            ):
+            cuts = [(0, len(keys))]
+            if buffer.bytes_pending > self.config.segment_bytes // 2:
+                sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
+                cuts = split_points(sizes, self.config.segment_bytes)
+            for lo, hi in cuts:
                 batch = encode_batch(
                     keys[lo:hi],
                     values[lo:hi],
