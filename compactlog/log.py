@@ -426,6 +426,13 @@ class Log:
         self._check_open()
         return latest_records(self, as_of)
 
+    def latest_batches(self, as_of: int | None = None) -> Iterator[RecordBatch]:
+        """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
+        from .latest import latest_batches
+
+        self._check_open()
+        return latest_batches(self, as_of)
+
     # -- closing -----------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
