@@ -240,3 +240,15 @@ def test_flush_makes_precommit_appends_visible(log_dir):
         log.append(b"b", b"2")
         log.flush()
         assert [r.key for r in log.read()] == [b"a", b"b"]
+
+
+def test_latest_batches_gives_the_latest_live_value_of_each_key_in_columns(tmp_path):
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"4"), (b"b", None)])
+        batches = list(log.latest_batches())
+        pairs = {
+            k: v for batch in batches for k, v in zip(batch.keys(), batch.values(), strict=True)
+        }
+        assert pairs == {b"a": b"3", b"c": b"4"}
+        assert pairs == {r.key: r.value for r in log.latest()}
+        assert [r.key for r in log.latest(as_of=2)] == [b"a", b"b"]
