@@ -254,6 +254,16 @@ def encode_batch(
     records; fresh batches have contiguous offsets and store no delta column.
     """
     count = len(keys)
+    if count == 1 and isinstance(timestamps, int) and offset_deltas is None and last_delta is None:
+        return _encode_one(
+            keys[0],
+            values[0],
+            timestamps,
+            headers[0] if headers else None,
+            codec,
+            level,
+            allow_none_keys,
+        )
     flags = 0
     columns: list[bytes] = []
     if isinstance(timestamps, int):
@@ -320,6 +330,43 @@ def encode_batch(
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_TWO_LENGTHS = struct.Struct("<ii")
+_THREE_LENGTHS = struct.Struct("<iii")
+
+
+def _encode_one(
+    key: Any,
+    value: Any,
+    timestamp: int,
+    headers: Mapping[str, bytes] | None,
+    codec: int,
+    level: int,
+    allow_none_keys: bool,
+) -> EncodedBatch:
+    """:func:`encode_batch` for a single record, byte for byte, without numpy: single
+    appends are dominated by fixed costs, and the columns of one record are two ints."""
+    if not (key is None or isinstance(key, _BYTES_LIKE)) or (key is None and not allow_none_keys):
+        validate_column([key], "key", allow_none=allow_none_keys)
+    if not (value is None or isinstance(value, _BYTES_LIKE)):
+        validate_column([value], "value", allow_none=True)
+    key_len = -1 if key is None else len(key)
+    value_len = -1 if value is None else len(value)
+    flags = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+    if headers:
+        flags |= FLAG_HEADERS
+        header_blob = encode_headers(headers)
+        lengths = _THREE_LENGTHS.pack(key_len, value_len, len(header_blob))
+    else:
+        header_blob = b""
+        lengths = _TWO_LENGTHS.pack(key_len, value_len)
+    body = b"".join((lengths, key or b"", value or b"", header_blob))
+    body_length = len(body)
+    if codec == CODEC_ZSTD:
+        body = _zstd_compress(body, level)
+    largest = max(key_len, 0) + max(value_len, 0)
+    return EncodedBatch(
+        body, crc32c(body), body_length, 1, 0, timestamp, timestamp, flags, codec, largest
+    )
 
 
 def validate_column(items: Sequence[Any], what: str, *, allow_none: bool) -> None:

@@ -148,3 +148,25 @@ def test_file_headers_name_foreign_and_newer_files():
     newer[8] = 99
     assert "newer" in check_file_header(bytes(newer), SEGMENT_MAGIC)
     assert "expected 16" in check_file_header(b"CLOG", SEGMENT_MAGIC)
+
+
+@pytest.mark.parametrize("codec", [0, 1])
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (b"k", b"v", None),
+        (b"", b"", None),
+        (b"key", None, None),
+        (None, b"x", None),
+        (b"k", b"v", {"a": b"b", "c": b""}),
+        (bytearray(b"ab"), memoryview(b"cd"), None),
+    ],
+)
+def test_single_record_fast_path_encodes_the_same_bytes_as_the_column_path(
+    key, value, headers, codec
+):
+    # a list of timestamps takes the general (numpy) path; an int takes the single-record one
+    fast = encode_batch([key], [value], 7, headers=[headers] if headers else None, codec=codec)
+    general = encode_batch([key], [value], [7], headers=[headers] if headers else None, codec=codec)
+    assert fast.to_bytes(3) == general.to_bytes(3)
+    assert fast.largest_record == general.largest_record
