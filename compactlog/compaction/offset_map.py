@@ -17,12 +17,19 @@ Digests
 Offset map
     :class:`OffsetMap` keeps, for each digest, the largest offset seen, in three parallel
     numpy arrays sorted by ``(hi, lo)``: exactly 24 bytes per key, at most
-    ``cleaner_buffer_bytes // 24`` keys. Inserts are staged (a few hundred thousand at a
-    time) and merged in bulk: sort the stage, drop duplicates keeping the latest offset,
-    update keys already present in place and ``np.insert`` the new ones. When a merge would
-    exceed the capacity, only the prefix of the stage (in offset order) whose new keys fit
-    is merged; :attr:`OffsetMap.full_at` then names the first offset left out, and the
-    cleaner moves its cleaner point exactly that far.
+    ``cleaner_buffer_bytes // 24`` keys. Inserts are staged (up to :data:`MAX_STAGE`
+    records, at least the room left) and merged in bulk: sort the stage (:func:`sort_order`,
+    stable, so a key's last record is its latest), drop duplicates keeping the latest
+    offset, update keys already present in place and merge the new ones in (one pass over
+    each array). When a merge would exceed the capacity, only the prefix of the stage (in
+    offset order) whose new keys fit is merged, from the already sorted stage;
+    :attr:`OffsetMap.full_at` then names the first offset left out, and the cleaner moves
+    its cleaner point exactly that far. Lookups (:meth:`OffsetMap.get`) sort their queries
+    first: numpy's ``searchsorted`` walks the map in order, several times faster than for
+    random queries (a numpy open-addressing table was measured slower still: each probe
+    round costs several whole-array operations). :meth:`OffsetMap.latest_bits` turns the
+    map into a bitmap of the head's latest offsets, which judges head records without
+    hashing them.
 """
 
 from __future__ import annotations
@@ -49,33 +56,60 @@ _S32 = _U64(32)
 _S33 = _U64(33)
 
 
-def _fmix(h: np.ndarray) -> np.ndarray:
-    h ^= h >> _S33
-    h *= _F1
-    h ^= h >> _S33
-    h *= _F2
-    h ^= h >> _S33
-    return h
+HASH_BLOCK = 16384  # keys hashed per block: the lanes and scratch stay in the CPU cache
+
+
+def _fmix(h: np.ndarray, tmp: np.ndarray) -> None:
+    """MurmurHash3's 64-bit finaliser, in place (``tmp``: scratch of the same shape)."""
+    for multiplier in (_F1, _F2):
+        np.right_shift(h, _S33, out=tmp)
+        h ^= tmp
+        h *= multiplier
+    np.right_shift(h, _S33, out=tmp)
+    h ^= tmp
 
 
 def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Both lanes over a ``(n, w)`` uint64 word matrix of zero-padded keys."""
-    _n, width = words.shape
-    length = lengths.astype(np.uint64)
-    h1 = length * _C1
-    h1 ^= _SEED1
-    h2 = length * _C2
-    h2 ^= _SEED2
-    for column in range(width):
-        word = np.ascontiguousarray(words[:, column])
-        h1 ^= word
-        h1 *= _C1
-        h1 ^= h1 >> _S32
-        h2 += word
-        h2 *= _C2
-        h2 ^= h2 >> _S29
-        h2 ^= h2 >> _S31
-    return _fmix(h1), _fmix(h2)
+    """Both lanes over a ``(n, w)`` uint64 word matrix of zero-padded keys.
+
+    Lane 1: ``h = (h ^ w) * C1; h ^= h >> 32``; lane 2: ``h = (h + w) * C2; h ^= h >> 29;
+    h ^= h >> 31``, both seeded with the length and finished with ``fmix64``. Computed in
+    blocks of :data:`HASH_BLOCK` keys with scratch arrays, so no temporary outgrows the
+    cache.
+    """
+    n, width = words.shape
+    hi = np.empty(n, dtype=np.uint64)
+    lo = np.empty(n, dtype=np.uint64)
+    block = min(n, HASH_BLOCK)
+    word = np.empty(block, dtype=np.uint64)
+    tmp = np.empty(block, dtype=np.uint64)
+    for start in range(0, n, block):
+        end = min(start + block, n)
+        size = end - start
+        h1 = hi[start:end]
+        h2 = lo[start:end]
+        w = word[:size]
+        t = tmp[:size]
+        np.copyto(w, lengths[start:end], casting="unsafe")
+        np.multiply(w, _C1, out=h1)
+        h1 ^= _SEED1
+        np.multiply(w, _C2, out=h2)
+        h2 ^= _SEED2
+        for column in range(width):
+            np.copyto(w, words[start:end, column])
+            h1 ^= w
+            h1 *= _C1
+            np.right_shift(h1, _S32, out=t)
+            h1 ^= t
+            h2 += w
+            h2 *= _C2
+            np.right_shift(h2, _S29, out=t)
+            h2 ^= t
+            np.right_shift(h2, _S31, out=t)
+            h2 ^= t
+        _fmix(h1, t)
+        _fmix(h2, t)
+    return hi, lo
 
 
 def _blake(key: bytes) -> tuple[int, int]:
@@ -133,8 +167,9 @@ def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarr
     return hi, lo
 
 
-def sort_order(hi: np.ndarray) -> np.ndarray:
-    """A stable permutation sorting ``hi`` (equal values keep their order), fast.
+def sort_order(hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A stable permutation sorting ``hi`` (equal values keep their order) and ``hi`` in
+    that order, fast.
 
     The positions are packed into the low bits of the values and the packed words sorted
     with numpy's (SIMD) ``np.sort``, about three times faster than ``argsort``. Values that
@@ -143,18 +178,19 @@ def sort_order(hi: np.ndarray) -> np.ndarray:
     """
     n = len(hi)
     if n < 2:
-        return np.arange(n, dtype=np.intp)
+        return np.arange(n, dtype=np.intp), hi.copy()
     bits = (n - 1).bit_length()
     low = _U64((1 << bits) - 1)
     packed = hi & ~low
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()
     packed &= low
-    order = packed.astype(np.intp)
+    order = packed.view(np.int64)  # positions below 2**bits: the same values
     ordered = hi[order]
     if not bool((ordered[1:] >= ordered[:-1]).all()):
         order = np.argsort(hi, kind="stable")
-    return order
+        ordered = hi[order]
+    return order, ordered
 
 
 class OffsetMap:
@@ -207,6 +243,10 @@ class OffsetMap:
             return False
         if len(offsets) == 0:
             return True
+        if self._staged and self._staged + len(offsets) > self._stage_limit():
+            self.flush()  # merge first: the stage never grows past the limit plus one put
+            if self.full_at is not None:
+                return False
         self._stage.append((hi, lo, offsets.astype(np.int64, copy=False)))
         self._staged += len(offsets)
         if self._staged >= self._stage_limit():
@@ -228,45 +268,64 @@ class OffsetMap:
         self._merge(s_hi, s_lo, s_off)
 
     def _merge(self, s_hi: np.ndarray, s_lo: np.ndarray, s_off: np.ndarray) -> None:
-        count = len(s_off)
         self.merges += 1
-        order = sort_order(s_hi)  # stable: equal digests stay in offset order
-        o_hi = s_hi[order]
+        order, o_hi = sort_order(s_hi)  # stable: equal digests stay in offset order
         o_lo = s_lo[order]
         same_hi = o_hi[1:] == o_hi[:-1]
-        same = same_hi & (o_lo[1:] == o_lo[:-1])
-        if bool((same_hi != same).any()):
+        if bool((same_hi & (o_lo[1:] != o_lo[:-1])).any()):
             # distinct keys sharing ``hi``: sort by the whole digest so equal keys are adjacent
             order = np.lexsort((s_lo, s_hi))
             o_hi = s_hi[order]
             o_lo = s_lo[order]
-            same = (o_hi[1:] == o_hi[:-1]) & (o_lo[1:] == o_lo[:-1])
+            same_hi = o_hi[1:] == o_hi[:-1]
+        self._merge_sorted(order, o_hi, o_lo, s_off, len(s_off), same_hi)
+
+    def _merge_sorted(
+        self,
+        order: np.ndarray,
+        o_hi: np.ndarray,
+        o_lo: np.ndarray,
+        s_off: np.ndarray,
+        end: int,
+        same_hi: np.ndarray | None = None,
+    ) -> None:
+        """Merge the stage records at positions ``order`` (all below ``end``), given sorted
+        by digest, equal digests in position order (``same_hi``: ``o_hi[1:] == o_hi[:-1]``,
+        when the caller has it)."""
+        count = len(order)
+        same = o_hi[1:] == o_hi[:-1] if same_hi is None else same_hi
+        same &= o_lo[1:] == o_lo[:-1]
         # a key's first occurrence is its smallest stage position and its last occurrence
         # its latest (largest) offset: the sort is stable and offsets ascend
         last = np.empty(count, dtype=bool)
         last[-1] = True
         np.logical_not(same, out=last[:-1])
         lasts = np.flatnonzero(last)
+        del last
         u_hi = o_hi[lasts]
         u_lo = o_lo[lasts]
         u_off = s_off[order[lasts]]
+        del lasts
         found, where = self._locate_sorted(u_hi, u_lo)
         new = ~found
         new_count = int(new.sum())
         room = self.capacity - len(self.hi)
         if new_count > room:
-            # keep the prefix of the stage (offset order) whose new keys fit
+            # keep the prefix of the stage (offset order) whose new keys fit: the records
+            # before the first occurrence of the first new key that does not fit
             first = np.empty(count, dtype=bool)
             first[0] = True
             np.logical_not(same, out=first[1:])
             first_positions = np.sort(order[np.flatnonzero(first)][new])
             cut = int(first_positions[room])
+            del first, same, u_hi, u_lo, u_off, found, where, new
             if cut > 0:
-                self._merge(s_hi[:cut], s_lo[:cut], s_off[:cut])
+                inside = order < cut  # still sorted, still stable
+                self._merge_sorted(order[inside], o_hi[inside], o_lo[inside], s_off, cut)
             self.full_at = int(s_off[cut])
             return
         self.inserts += count
-        self.latest_offset = max(self.latest_offset, int(s_off[-1]))
+        self.latest_offset = max(self.latest_offset, int(s_off[end - 1]))
         if found.any():
             self.off[where[found]] = u_off[found]
         if new_count:
@@ -357,8 +416,8 @@ class OffsetMap:
         result = np.full(len(hi), -1, dtype=np.int64)
         if len(self.hi) == 0 or len(hi) == 0:
             return result
-        order = sort_order(hi)
-        found, where = self._locate_sorted(hi[order], lo[order])
+        order, ordered = sort_order(hi)
+        found, where = self._locate_sorted(ordered, lo[order])
         hits = np.flatnonzero(found)
         result[order[hits]] = self.off[where[hits]]
         return result
