@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import filenames
 from .config import LogConfig
 from .fsio import FileSystem
-from .segment import HEADER_SIZE, SegmentReader, index_path, list_segments, segment_path
+from .segment import HEADER_SIZE, index_path, list_segments, max_timestamp, segment_path
 
 
 @dataclass
@@ -44,21 +44,10 @@ def closed_segments(
     bases = list_segments(directory)
     infos = []
     for base, next_base in itertools.pairwise(bases):
-        stat = os.stat(segment_path(directory, base))
-        key = (base, stat.st_ino, stat.st_size)
-        if key not in timestamp_cache:
-            timestamp_cache[key] = _max_timestamp(directory, base)
-        infos.append(SegmentInfo(base, stat.st_size, next_base, timestamp_cache[key]))
+        size = os.path.getsize(segment_path(directory, base))
+        largest = max_timestamp(directory, base, timestamp_cache)
+        infos.append(SegmentInfo(base, size, next_base, largest))
     return infos
-
-
-def _max_timestamp(directory: str, base: int) -> int | None:
-    largest = None
-    with SegmentReader(directory, base, last_segment=False) as reader:
-        for _pos, header in reader.headers(HEADER_SIZE):
-            if largest is None or header.max_ts > largest:
-                largest = header.max_ts
-    return largest
 
 
 def select_for_deletion(

@@ -303,3 +303,25 @@ def read_segment_header_ok(directory: str, base: int) -> None:
 
 def new_segment_bytes() -> bytes:
     return SEGMENT_FILE_HEADER
+
+
+TimestampCache = dict[tuple[int, int, int], "int | None"]
+
+
+def max_timestamp(directory: str, base: int, cache: TimestampCache | None = None) -> int | None:
+    """The largest record timestamp in a closed segment (``None`` if it holds no batch).
+
+    Reads every batch header, so callers pass a ``cache``: entries are keyed by the file's
+    base, inode and size, which change whenever the segment is rewritten."""
+    stat = os.stat(segment_path(directory, base))
+    key = (base, stat.st_ino, stat.st_size)
+    if cache is not None and key in cache:
+        return cache[key]
+    largest = None
+    with SegmentReader(directory, base, last_segment=False) as reader:
+        for _pos, header in reader.headers(HEADER_SIZE):
+            if largest is None or header.max_ts > largest:
+                largest = header.max_ts
+    if cache is not None:
+        cache[key] = largest
+    return largest

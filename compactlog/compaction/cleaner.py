@@ -67,6 +67,7 @@ from ..segment import (
     HEADER_SIZE,
     SegmentReader,
     index_path,
+    max_timestamp,
     new_segment_bytes,
     read_all,
     segment_path,
@@ -137,15 +138,6 @@ def _segments(directory: str) -> tuple[list[Segment], int]:
         for base, nxt in itertools.pairwise(bases)
     ]
     return closed, bases[-1]
-
-
-def _max_timestamp(directory: str, base: int) -> int | None:
-    largest = None
-    with SegmentReader(directory, base, last_segment=False) as reader:
-        for _pos, header in reader.headers(HEADER_SIZE):
-            if largest is None or header.max_ts > largest:
-                largest = header.max_ts
-    return largest
 
 
 def _first_dirty_timestamp(directory: str, segments: list[Segment], first_dirty: int) -> int | None:
@@ -336,12 +328,7 @@ def _clean(
         for seg in segments:
             if seg.next_base <= first_dirty:
                 continue
-            stat = os.stat(segment_path(directory, seg.base))
-            key = (seg.base, stat.st_ino, stat.st_size)
-            cache = timestamp_cache if timestamp_cache is not None else {}
-            if key not in cache:
-                cache[key] = _max_timestamp(directory, seg.base)
-            largest = cache[key]
+            largest = max_timestamp(directory, seg.base, timestamp_cache)
             if largest is not None and largest > horizon:
                 uncleanable = seg.base
                 break
