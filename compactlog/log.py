@@ -218,7 +218,9 @@ class Log:
         config = self.meta.config
         if type(key) is not bytes or (value is not None and type(value) is not bytes):
             _check_record(key, value, config.compacted)
-        size = (len(key) if key else 0) + (len(value) if value else 0)
+        key_length = -1 if key is None else len(key)
+        value_length = -1 if value is None else len(value)
+        size = max(key_length, 0) + max(value_length, 0)
         if size > config.max_record_bytes:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max_record_bytes={config.max_record_bytes}",
@@ -229,6 +231,8 @@ class Log:
             offset = writer.append_precommit(
                 key,
                 value,
+                key_length,
+                value_length,
                 timestamp,
                 encode_headers(headers) if headers else b"",
                 dict(headers) if headers else None,

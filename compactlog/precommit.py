@@ -89,31 +89,28 @@ class PrecommitBuffer:
         offset: int,
         key: bytes | None,
         value: bytes | None,
+        key_length: int,
+        value_length: int,
         timestamp: int,
         headers: bytes,
         decoded_headers: dict[str, bytes] | None = None,
     ) -> None:
-        """Write one entry (the caller checked :meth:`room_for`).
+        """Write one entry (the caller checked :meth:`room_for`; lengths are -1 for None).
 
         The entry and a zeroed length after it (so a parse never runs into a stale entry)
         go in with one copy; a process killed mid-copy leaves an entry whose CRC fails.
         """
-        if not self._keys:
+        keys = self._keys
+        if not keys:
             self._first_offset = offset
-        self._keys.append(key)
+        keys.append(key)
         self._values.append(value)
         self._timestamps.append(timestamp)
         if decoded_headers:
-            self._headers[len(self._keys) - 1] = decoded_headers
+            self._headers[len(keys) - 1] = decoded_headers
         payload = b"".join(
             (
-                _FIELDS.pack(
-                    offset,
-                    timestamp,
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    len(headers),
-                ),
+                _FIELDS.pack(offset, timestamp, key_length, value_length, len(headers)),
                 key or b"",
                 value or b"",
                 headers,

@@ -536,13 +536,16 @@ class SegmentWriter:
         self,
         key: bytes | None,
         value: bytes | None,
+        key_length: int,
+        value_length: int,
         timestamp: int,
         headers: bytes,
         decoded_headers: dict[str, bytes] | None = None,
     ) -> int:
+        """Buffer one record; returns its offset, or -1 if it is larger than the buffer."""
         buffer = self.precommit
         assert buffer is not None
-        payload = (len(key) if key else 0) + (len(value) if value else 0) + len(headers)
+        payload = max(key_length, 0) + max(value_length, 0) + len(headers)
         with self.lock:
             if self.closed:
                 self._check_open()
@@ -557,7 +560,9 @@ class SegmentWriter:
                     self._holding_for_precommit = True
                     self._publish_head()
             offset = self.end_offset + buffer.count
-            buffer.append(offset, key, value, timestamp, headers, decoded_headers)
+            buffer.append(
+                offset, key, value, key_length, value_length, timestamp, headers, decoded_headers
+            )
             return offset
 
     def materialize(self) -> None:
