@@ -41,6 +41,7 @@ from .fsio import FileSystem
 
 HEADER_SIZE = FILE_HEADER.size
 READ_CHUNK = 4 << 20
+RELEASE_BYTES = 8 << 20
 
 
 def list_segments(directory: str) -> list[int]:
@@ -293,6 +294,7 @@ class SegmentReader:
         views of the mapping; it is released when the last of them goes.
         """
         mapped = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+        released = 0  # pages below this were handed back (see below)
         while pos < size:
             header, reason = check_batch(mapped, pos, size)
             if header is None:
@@ -300,6 +302,13 @@ class SegmentReader:
                 return
             yield pos, header, mapped, pos
             pos += header.length
+            if pos - released >= RELEASE_BYTES:
+                # drop what was read from this process's resident set: the pages stay in the
+                # page cache, and a batch still holding a view of them faults them back in
+                # from the unchanged file, so a long scan does not grow the RSS by the file
+                end = pos // mmap.PAGESIZE * mmap.PAGESIZE
+                mapped.madvise(mmap.MADV_DONTNEED, released, end - released)
+                released = end
 
     def _bad_batch(self, pos: int, reason: str, size: int) -> None:
         """An invalid batch: a not-yet-complete tail of the newest segment ends the read,
