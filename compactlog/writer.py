@@ -111,6 +111,7 @@ class SegmentWriter:
         self._retired: list[int] = []  # bases of rolled segments not yet fsynced
         self._dir_dirty = False
         # self-protection
+        self._sync_failed: OSError | None = None
         self._last_space_check = float("-inf")
         self._bytes_since_check = 0
         # precommit
@@ -203,6 +204,8 @@ class SegmentWriter:
     def _check_open(self) -> None:
         if self.closed:
             raise LogClosedError("log is closed", path=self.directory)
+        if self._sync_failed is not None:
+            raise self._sync_refusal()
 
     def _current_head(self) -> Head:
         assert self.active is not None
@@ -485,6 +488,8 @@ class SegmentWriter:
         """Return once every write up to ``seq`` is on disk (group commit)."""
         with self._sync_cond:
             while self.synced_seq < seq:
+                if self._sync_failed is not None:
+                    raise self._sync_refusal()
                 if self._syncing:
                     self._sync_cond.wait()
                     continue
@@ -517,9 +522,24 @@ class SegmentWriter:
             self.fs.fdatasync(active_fd)
             if dir_dirty:
                 self.fs.fsync_dir(self.directory)
+        except OSError as error:
+            # After a failed fsync the kernel may have dropped the dirty pages and a retry
+            # would report success for data that is gone (PostgreSQL's "fsyncgate"), so the
+            # writer stops here: appends and flushes are refused until the log is reopened,
+            # and the reopen validates the tail against what is really on disk.
+            with self.lock:
+                self._sync_failed = error
+            raise self._sync_refusal() from error
         finally:
             os.close(active_fd)
         return target
+
+    def _sync_refusal(self) -> WriteRefusedError:
+        return WriteRefusedError(
+            f"an fsync failed ({self._sync_failed}); records since the last successful sync "
+            "may not be durable; appends and flushes are refused until the log is reopened",
+            path=self.directory,
+        )
 
     def _sync_closed_segment(self, base: int) -> None:
         try:
@@ -547,7 +567,7 @@ class SegmentWriter:
         assert buffer is not None
         payload = max(key_length, 0) + max(value_length, 0) + len(headers)
         with self.lock:
-            if self.closed:
+            if self.closed or self._sync_failed is not None:
                 self._check_open()
             if not buffer.room_for(payload):
                 with self._exclusive():
@@ -569,8 +589,8 @@ class SegmentWriter:
         if self.precommit is None:
             return
         with self.lock:
-            if self.closed:
-                return
+            if self.closed or self._sync_failed is not None:
+                return  # after a failed fsync the entries wait in the buffer for a reopen
             if self.precommit.count or self._holding_for_precommit:
                 with self._exclusive():
                     self._materialize_locked()

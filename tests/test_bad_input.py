@@ -9,6 +9,7 @@ import os
 import pytest
 
 import compactlog
+from compactlog.fsio import FileSystem
 from compactlog.segment import list_segments
 
 from .helpers import (
@@ -356,3 +357,36 @@ def test_a_failed_segment_roll_is_refused_cleanly(log_dir):
         assert [r.offset for r in log.read()] == list(range(offset + 1))
     with compactlog.open(log_dir) as log:
         assert [r.offset for r in log.read()] == list(range(offset + 1))
+
+
+def test_a_failed_fsync_refuses_further_writes_until_reopen_and_loses_nothing_written(log_dir):
+    """After a failed fsync a retry could report success for pages the kernel dropped, so
+    the writer refuses appends and flushes until the log is reopened (and revalidated)."""
+
+    class FailingSync(FileSystem):
+        failures = 0
+
+        def fdatasync(self, fd):
+            if self.failures:
+                self.failures -= 1
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            super().fdatasync(fd)
+
+    fs = FailingSync()
+    log = compactlog.open(log_dir, sync="os", _fs=fs)
+    log.append_batch([(b"a", b"1"), (b"b", b"2")])
+    fs.failures = 1
+    with pytest.raises(compactlog.WriteRefusedError, match="fsync failed"):
+        log.flush()
+    with pytest.raises(compactlog.WriteRefusedError, match="reopened"):
+        log.append(b"c", b"3")
+    with pytest.raises(compactlog.WriteRefusedError):
+        log.flush()
+    assert [r.value for r in log.read()] == [b"1", b"2"]  # reads go on
+    with pytest.raises(compactlog.WriteRefusedError):
+        log.close()
+    with compactlog.open(log_dir) as reopened:
+        assert [r.value for r in reopened.read()] == [b"1", b"2"]
+        reopened.append(b"c", b"3")
+        reopened.flush()
+        assert reopened.end_offset == 3
