@@ -136,17 +136,6 @@ def checkpoint_name(subscriber: str) -> str:
     return HASHED_CHECKPOINT_PREFIX + hashlib.sha256(encoded).hexdigest()
 
 
-def subscriber_from_checkpoint_name(name: str) -> str | None:
-    """The subscriber name encoded in a ``cp.<hex>`` file name (hashed names: ``None``;
-    their checkpoint file stores the name itself)."""
-    if name.startswith(HASHED_CHECKPOINT_PREFIX):
-        return None
-    try:
-        return bytes.fromhex(name[len(CHECKPOINT_PREFIX) :]).decode("utf-8")
-    except ValueError:
-        return None
-
-
 _temp_counter = itertools.count()
 
 
@@ -160,7 +149,3 @@ def temp_name(name: str) -> str:
     if len((name + token).encode("utf-8")) > MAX_FILENAME_BYTES:
         name = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
     return name + token
-
-
-def join(directory: str, name: str) -> str:
-    return os.path.join(directory, name)

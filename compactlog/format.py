@@ -66,10 +66,12 @@ FILE_HEADER = struct.Struct("<8sHHI")
 BATCH_HEADER = struct.Struct("<IIBBHqIIqqI")
 INDEX_ENTRY = struct.Struct("<II")
 PRECOMMIT_ENTRY = struct.Struct("<IIqqiii")
+PRECOMMIT_LENGTH_CRC = struct.Struct("<II")  # the entry's first two fields ...
+PRECOMMIT_FIELDS = struct.Struct("<qqiii")  # ... and the rest, which the CRC covers
 assert FILE_HEADER.size == 16
 assert BATCH_HEADER.size == 48
 assert INDEX_ENTRY.size == 8
-assert PRECOMMIT_ENTRY.size == 36
+assert PRECOMMIT_ENTRY.size == 36 == PRECOMMIT_LENGTH_CRC.size + PRECOMMIT_FIELDS.size
 
 CODEC_NONE = 0
 CODEC_ZSTD = 1
@@ -678,17 +680,3 @@ def encode_record_batch(
         codec=codec,
         level=level,
     ).to_bytes(base_offset)
-
-
-# -- precommit entries -------------------------------------------------------------------
-
-
-def encode_precommit_entry(
-    offset: int, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
-) -> bytes:
-    key_len = -1 if key is None else len(key)
-    value_len = -1 if value is None else len(value)
-    length = PRECOMMIT_ENTRY.size + max(key_len, 0) + max(value_len, 0) + len(headers)
-    tail = struct.pack("<qqiii", offset, timestamp, key_len, value_len, len(headers))
-    payload = b"".join((tail, key or b"", value or b"", headers))
-    return struct.pack("<II", length, crc32c(payload)) + payload

@@ -21,21 +21,20 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from dataclasses import dataclass
 
 from .format import (
     FILE_HEADER,
     PRECOMMIT_ENTRY,
+    PRECOMMIT_FIELDS,
     PRECOMMIT_FILE_HEADER,
+    PRECOMMIT_LENGTH_CRC,
     PRECOMMIT_MAGIC,
     check_file_header,
     crc32c,
     decode_headers,
 )
 
-_LENGTH_CRC = struct.Struct("<II")
-_FIELDS = struct.Struct("<qqiii")
 DATA_START = FILE_HEADER.size
 
 
@@ -110,7 +109,7 @@ class PrecommitBuffer:
             self._headers[len(keys) - 1] = decoded_headers
         payload = b"".join(
             (
-                _FIELDS.pack(offset, timestamp, key_length, value_length, len(headers)),
+                PRECOMMIT_FIELDS.pack(offset, timestamp, key_length, value_length, len(headers)),
                 key or b"",
                 value or b"",
                 headers,
@@ -119,7 +118,7 @@ class PrecommitBuffer:
         length = 8 + len(payload)
         start = self.position
         self.map[start : start + length + 4] = b"".join(
-            (_LENGTH_CRC.pack(length, crc32c(payload)), payload, b"\0\0\0\0")
+            (PRECOMMIT_LENGTH_CRC.pack(length, crc32c(payload)), payload, b"\0\0\0\0")
         )
         self.position = start + length
         self.count += 1
@@ -148,16 +147,18 @@ class PrecommitBuffer:
         result = PendingEntries([], [], [], [], [])
         expected: int | None = None
         while pos + PRECOMMIT_ENTRY.size <= self.capacity:
-            length, crc = _LENGTH_CRC.unpack_from(mem, pos)
+            length, crc = PRECOMMIT_LENGTH_CRC.unpack_from(mem, pos)
             if length < PRECOMMIT_ENTRY.size or pos + length > self.capacity:
                 break
             payload = mem[pos + 8 : pos + length]
             if crc32c(payload) != crc:
                 break
-            offset, timestamp, key_len, value_len, header_len = _FIELDS.unpack_from(payload)
+            offset, timestamp, key_len, value_len, header_len = PRECOMMIT_FIELDS.unpack_from(
+                payload
+            )
             if expected is not None and offset != expected:
                 break
-            cursor = _FIELDS.size
+            cursor = PRECOMMIT_FIELDS.size
             key = None
             if key_len >= 0:
                 key = payload[cursor : cursor + key_len]

@@ -325,12 +325,6 @@ class SegmentReader:
         raise CorruptLogError(reason + detail, path=self.path, position=pos)
 
 
-def read_segment_header_ok(directory: str, base: int) -> None:
-    path = segment_path(directory, base)
-    with open(path, "rb") as handle:
-        check_segment_header(path, handle.read(HEADER_SIZE))
-
-
 def new_segment_bytes() -> bytes:
     return SEGMENT_FILE_HEADER
 

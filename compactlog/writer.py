@@ -643,11 +643,6 @@ class SegmentWriter:
             with self._exclusive():
                 yield
 
-    def reload(self) -> None:
-        """Forget the cached head and revalidate (after files changed under us)."""
-        with self.lock, self._exclusive():
-            self._refresh(read_head(self.lock_fd))
-
 
 def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, int]]:
     """Cut a run of records into batches of at most about ``segment_bytes // 2`` raw bytes,
