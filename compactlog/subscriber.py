@@ -56,7 +56,7 @@ from . import filenames
 from .errors import CorruptLogError, LogClosedError, MissingSegmentError, SubscriberError
 from .format import BATCH_HEADER, Record, RecordBatch, check_batch, decode_batch, read_batch_header
 from .head import Head, read_head
-from .reader import iter_batches
+from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
     SegmentReader,
@@ -634,18 +634,13 @@ class Subscriber:
             position = self._position
             if batch.next_offset <= position:
                 continue
-            if len(batch) and int(batch.offsets[0]) < position:
-                batch = batch.select(batch.offsets >= position)
+            batch = trim_batch(batch, position, None)
             if not len(batch):
                 self._position = batch.next_offset
                 continue
-            room = max_records - records
-            if len(batch) > room:
-                batch = batch.select(np.arange(len(batch)) < room)
+            batch, partial = self._take(batch, max_records - records)
+            if partial:
                 cursor.pos = batch.position  # the rest of this batch is read next time
-                self._position = int(batch.offsets[-1]) + 1
-            else:
-                self._position = batch.next_offset
             out.append(batch)
             records += len(batch)
             size += batch.size_bytes
@@ -756,16 +751,21 @@ class Subscriber:
         for batch in iter_batches(self.directory, self._position, self.log.end_offset):
             if records >= max_records or (max_bytes is not None and size >= max_bytes):
                 break
-            room = max_records - records
-            if len(batch) > room:
-                batch = batch.select(np.arange(len(batch)) < room)
-                self._position = int(batch.offsets[-1]) + 1
-            else:
-                self._position = batch.next_offset
+            batch, _partial = self._take(batch, max_records - records)
             out.append(batch)
             records += len(batch)
             size += batch.size_bytes
         return out
+
+    def _take(self, batch: RecordBatch, room: int) -> tuple[RecordBatch, bool]:
+        """Cut ``batch`` to at most ``room`` records and move the position past what is
+        taken; the flag says records were left for the next poll."""
+        if len(batch) > room:
+            batch = batch.select(np.arange(len(batch)) < room)
+            self._position = int(batch.offsets[-1]) + 1
+            return batch, True
+        self._position = batch.next_offset
+        return batch, False
 
 
 def _check_limit(value: object, what: str) -> None:
