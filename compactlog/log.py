@@ -368,6 +368,7 @@ class Log:
         self._writable()
         now = self.clock() if now_ms is None else now_ms
         with self.cleaner_lock(wait=True):
+            self.reload_meta()  # retention settings may have changed since this log opened
             return self._enforce_retention_locked(now)
 
     def _enforce_retention_locked(self, now: int) -> retention.RetentionResult:

@@ -242,19 +242,50 @@ def _acquire_or_degrade(directory: str, name: str) -> int:
         return -1
 
 
+def _proc_lock_holders(fd: int) -> set[int] | None:
+    """Pids that ``/proc/locks`` lists as holding a lock on ``fd``'s file (Linux), without
+    touching the lock; ``None`` where ``/proc/locks`` cannot be read."""
+    stat = os.fstat(fd)
+    wanted = (os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino)
+    try:
+        with open("/proc/locks") as handle:
+            lines = handle.readlines()
+    except OSError:
+        return None
+    pids: set[int] = set()
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6:  # a waiter, not a holder
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == wanted:
+                pids.add(int(fields[4]))
+        except ValueError:
+            continue
+    return pids
+
+
 def name_holder(directory: str, name: str) -> int | None:
     """The pid consuming durable subscriber ``name`` now (0 if its pid is unreadable), or
     ``None`` if nobody is.
 
-    Probes with a shared lock taken and dropped at once: a consumer starting in that
-    instant may see :class:`SubscriberBusyError` naming this process. The CLI uses it to
-    show who holds a name, not to decide anything.
+    Reads ``/proc/locks`` so that looking never takes the name from a consumer starting
+    at that instant; where there is no ``/proc/locks`` it probes with a shared lock taken
+    and dropped at once. For display (``compactlog subscribers list``), never for a
+    decision: the answer may be stale by the time it is read.
     """
     try:
         fd = os.open(_lock_path(directory, name), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
+        holders = _proc_lock_holders(fd)
+        if holders is not None:
+            if not holders:
+                return None
+            written = _read_holder(fd)
+            return written if written in holders else min(holders)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
