@@ -253,10 +253,9 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
                 path=directory,
             )
     cached = [n for n in changes if n in WRITER_CACHED and changes[n] != before[n]]
-    why = "; ".join(
-        f"{n} is read by writers only when they open the log ({WRITER_CACHED[n]}), so they "
-        "would keep the old value"
-        for n in cached
+    why = (
+        f"writers read {', '.join(cached)} only when they open the log, so a running writer "
+        f"would keep the old value ({'; '.join(f'{n}: {WRITER_CACHED[n]}' for n in cached)})"
     )
     if cached:
         with open_for_change(directory, force=force, why=why, **changes) as log:

@@ -453,7 +453,10 @@ def test_commands_work_beside_a_writer_and_only_unsafe_changes_are_refused(live_
     # unsafe while a writer runs: refused, naming the writer and why
     for args, why in (
         (("repair", path), "repair truncates segments"),
-        (("config", "set", path, "segment_bytes=1MiB"), "segment_bytes is read by writers"),
+        (
+            ("config", "set", path, "segment_bytes=1MiB"),
+            "writers read segment_bytes only when they open the log",
+        ),
     ):
         line = one_error_line(run(*args, check=1))
         assert f"pid {child.pid}" in line and "--force" in line and why in line, line
