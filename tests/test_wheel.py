@@ -15,6 +15,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,20 @@ from pathlib import Path
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+NOT_SOURCE = (
+    ".venv",
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ruff_cache",
+    "demo-data",
+    "bench-data",
+)
 
 pytestmark = [pytest.mark.wheel, pytest.mark.timeout(1200)]
 
@@ -76,10 +91,14 @@ def installed(tmp_path_factory) -> tuple[Path, Path, Path]:
     root = tmp_path_factory.mktemp("wheel")
     assert CHECKOUT not in root.parents
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_NO_CACHE_DIR")}
+    # build from a copy: setuptools keeps ``build/`` in the source tree and would ship
+    # stale modules left there by an earlier build (and litter the checkout)
+    source = root / "source"
+    shutil.copytree(CHECKOUT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     wheelhouse = root / "wheelhouse"
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheelhouse), "."],
-        cwd=CHECKOUT,
+        cwd=source,
         env=env,
     )
     wheels = sorted(wheelhouse.glob("compactlog-*.whl"))
