@@ -415,6 +415,9 @@ class Log:
         self._check_open()
         subscriber = Subscriber(self, name, start=start)
         self._subscribers.add(subscriber)
+        if self._closed:  # close() ran in another thread meanwhile and missed this one
+            subscriber.close()
+            raise LogClosedError("log is closed", path=self.directory)
         return subscriber
 
     def remove_subscriber(self, name: str, *, force: bool = False) -> None:
