@@ -451,6 +451,12 @@ def set_committed(log: Log, name: str, offset: int, *, force: bool = False) -> i
     except SubscriberBusyError:
         if not force:
             raise
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise SubscriberError(f"offset must be a non-negative int, not {offset!r}") from None
+        if offset > log.end_offset:
+            raise SubscriberError(
+                f"offset {offset} is beyond the end of the log ({log.end_offset})"
+            ) from None
         target = max(offset, _log_start(log.directory))
         write_checkpoint(log.fs, log.directory, name, target)
         return target

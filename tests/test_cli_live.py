@@ -203,3 +203,42 @@ def test_a_forced_remove_of_a_subscriber_in_use_leaves_its_consumer_working(tmp_
         consumer.kill()
         consumer.wait(timeout=10)
     assert json.loads(run("subscribers", "add", path, "billing", "--json").stdout)["committed"] == 0
+
+
+CLOSED_BUT_KEPT = textwrap.dedent(
+    """
+    import sys, time, compactlog
+    log = compactlog.open(sys.argv[1])
+    sub = log.subscribe("kept")
+    sub.poll(max_records=5)
+    log.close()  # the subscriber object stays alive below
+    print("closed", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_process_that_closed_its_log_but_kept_a_subscriber_holds_nothing(tmp_path):
+    path = tmp_path / "log"
+    with compactlog.open(path, sync="os") as log:
+        log.append_batch([(b"k%d" % i, b"v") for i in range(20)])
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLOSED_BUT_KEPT, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "closed"
+        held = []
+        for fd in os.listdir(f"/proc/{child.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{child.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(path) + os.sep):
+                held.append(target)
+        assert held == []
+        assert run_json("meta", path)["writers"] == []
+        run("subscribers", "seek", path, "kept", "--to", "end")  # the name is free
+        run("repair", path)
+    finally:
+        child.kill()
+        child.wait(timeout=10)

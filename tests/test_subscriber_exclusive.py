@@ -124,6 +124,9 @@ def test_remove_and_seek_refuse_a_subscriber_in_use_unless_forced(log_dir):
         with pytest.raises(SubscriberBusyError):
             set_committed(log, "s", 7)
         assert log.subscribers() == {"s": 0}
+        for bad in (-1, 11, "3"):
+            with pytest.raises(SubscriberError):
+                set_committed(log, "s", bad, force=True)
         assert set_committed(log, "s", 7, force=True) == 7
         assert log.subscribers() == {"s": 7}
         log.remove_subscriber("s", force=True)
