@@ -81,7 +81,12 @@ def repair(path: str, dry_run: bool, force: bool, as_json: bool) -> int:
 
     directory = log_dir(path)
     if not dry_run:
-        refuse_if_busy(directory, force=force)
+        refuse_if_busy(
+            directory,
+            force=force,
+            why="repair truncates segments, removes files and rewrites the log start and "
+            "checkpoints under a writer that keeps appending from its own view of them",
+        )
     report = compactlog.repair(directory, dry_run=dry_run)
     fixes = list(report.fixes)
     if as_json:

@@ -30,7 +30,9 @@ def _prepare(directory: str) -> None:
                 path=directory,
             )
         if entries:
-            refuse_if_busy(directory, force=False)
+            refuse_if_busy(
+                directory, force=False, why="the demo deletes and recreates this directory"
+            )
         shutil.rmtree(directory)
     os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
 

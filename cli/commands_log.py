@@ -11,6 +11,7 @@ from .common import (
     force_option,
     json_option,
     log_dir,
+    open_beside_writers,
     open_for_change,
     open_read_only,
     parse_assignments,
@@ -26,6 +27,31 @@ UNSAFE_CHANGES = {
         "may hold records retention would now remove, and a delete/consumed log may hold "
         "records without keys that compaction cannot handle; create a new log and copy"
     ),
+}
+
+# Settings a writer reads once, when it opens the log, and keeps until it reopens it:
+# changing one under a live writer would leave that writer on the old value while the
+# stored config claims the new one. ``config set`` refuses these while a writer has the log
+# open (unless --force), with the reason. Every other setting (retention, the cleaner's
+# ratios, lags and buffers) is read afresh by each compaction pass and retention run, so
+# changing it beside live writers is safe.
+WRITER_CACHED = {
+    "segment_bytes": "writers roll segments at the size they read when they opened the log",
+    "segment_ms": "writers roll segments by the age they read when they opened the log",
+    "index_interval_bytes": "writers index their segments at the interval they read at open",
+    "max_record_bytes": (
+        "writers check record sizes against the limit they read at open, so a lowered limit "
+        "would not stop them"
+    ),
+    "compression": "writers compress new batches with the codec they read at open",
+    "compression_level": "writers compress new batches at the level they read at open",
+    "sync": (
+        "writers keep the sync policy they read at open, so the log would be less (or more) "
+        "durable than the stored config says"
+    ),
+    "sync_interval_ms": "writers keep the fsync interval they read at open",
+    "precommit_bytes": "writers size their precommit buffer when they open the log",
+    "min_free_bytes": "writers check free disk space against the limit they read at open",
 }
 
 
@@ -194,9 +220,14 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
     """Change settings stored in the log (safe changes only).
 
     Changes that could lose or strand data are refused with the reason (cleanup_policy;
-    precommit_bytes while a precommit buffer is pending). Writers that already have the
-    log open keep their config until they reopen it, so this refuses while one is running
-    unless --force.
+    precommit_bytes while a precommit buffer is pending). Retention and cleaner settings
+    (retention_ms, retention_bytes, min_cleanable_dirty_ratio, *_compaction_lag_ms,
+    delete_retention_ms, cleaner_*) can change while writers run: every compaction pass and
+    retention run reads them afresh. Settings writers read once when they open the log
+    (segment_bytes, segment_ms, index_interval_bytes, max_record_bytes, compression,
+    compression_level, sync, sync_interval_ms, precommit_bytes, min_free_bytes) are
+    refused while a writer has the log open, naming it and the reason; --force stores
+    them anyway (running writers pick them up when they reopen the log).
 
     \b
     Examples:
@@ -221,8 +252,17 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
                 "records; let a writer open and flush the log first",
                 path=directory,
             )
-    with open_for_change(directory, force=force, **changes) as log:
-        after = log.config.to_dict()
+    cached = [n for n in changes if n in WRITER_CACHED and changes[n] != before[n]]
+    why = (
+        f"writers read {', '.join(cached)} only when they open the log, so a running writer "
+        f"would keep the old value ({'; '.join(f'{n}: {WRITER_CACHED[n]}' for n in cached)})"
+    )
+    if cached:
+        with open_for_change(directory, force=force, why=why, **changes) as log:
+            after = log.config.to_dict()
+    else:
+        with open_beside_writers(directory, **changes) as log:
+            after = log.config.to_dict()
     changed = {n: {"old": before[n], "new": after[n]} for n in changes}
     if as_json:
         emit_json({"path": directory, "changed": changed, "config": after})

@@ -8,10 +8,10 @@ from typing import Any
 import click
 
 from .common import (
-    force_option,
     json_option,
     log_dir,
-    open_for_change,
+    no_longer_needed_force_option,
+    open_beside_writers,
     open_read_only,
     path_argument,
 )
@@ -76,15 +76,14 @@ class _Spinner:
     help="Clean only if the dirty ratio or max_compaction_lag_ms says so (the cleaner "
     "service's rule); by default the pass runs now.",
 )
-@force_option
+@no_longer_needed_force_option
 @json_option
 def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
     """Run one compaction pass now (then retention), and print its statistics.
 
     Never touches the active segment or records younger than min_compaction_lag_ms. Shows
-    a progress spinner on a terminal. Refuses while a writer has the log open unless
-    --force (compaction is safe beside writers; the refusal is for operators who want
-    quiet logs).
+    a progress spinner on a terminal. Runs beside live writers: the cleaner lock and the
+    swap protocol make that safe (a second cleaner is refused).
 
     \b
     Examples:
@@ -94,7 +93,7 @@ def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
     import time
 
     directory = log_dir(path)
-    with open_for_change(directory, force=force) as log:
+    with open_beside_writers(directory) as log:
         try:
             import compactlog.compaction  # noqa: F401
         except ImportError:
@@ -135,12 +134,13 @@ def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
 @click.command()
 @path_argument
 @click.option("--dry-run", is_flag=True, help="Only show which segments would be removed.")
-@force_option
+@no_longer_needed_force_option
 @json_option
 def retention(path: str, dry_run: bool, force: bool, as_json: bool) -> None:
     """Apply delete/consumed retention now: remove whole closed segments that are older
     than retention_ms, beyond retention_bytes, or (consumed) read by every durable
-    subscriber. The log start moves up; the active segment always stays.
+    subscriber. The log start moves up; the active segment always stays. Runs beside
+    live writers (it takes the writers' lock for the moment it moves the log start).
 
     \b
     Examples:
@@ -169,7 +169,7 @@ def retention(path: str, dry_run: bool, force: bool, as_json: bool) -> None:
         deleted = [d.base for d in doomed]
         removed = sum(d.size for d in doomed)
     else:
-        with open_for_change(directory, force=force) as log:
+        with open_beside_writers(directory) as log:
             result = log.enforce_retention()
         deleted, removed = list(result.segments_deleted), result.bytes_deleted
         start, reason = result.log_start_offset, result.reason

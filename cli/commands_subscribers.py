@@ -1,4 +1,10 @@
-"""``subscribers list|add|remove|seek`` (jlogctl subscriber), with lag in records and bytes."""
+"""``subscribers list|add|remove|seek`` (jlogctl subscriber), with lag in records and bytes.
+
+These commands run beside live writers: checkpoints are replaced atomically and the log is
+opened read-only (no writers' lock, no recovery). ``remove`` and ``seek`` go through a
+durable subscriber's own lock, like a consumer: they refuse only while a consumer holds
+that name, naming its pid (``--force`` overrides).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,8 @@ from typing import Any
 import click
 
 from .common import (
-    force_option,
     json_option,
     log_dir,
-    open_for_change,
     open_read_only,
     path_argument,
 )
@@ -62,7 +66,10 @@ def subscriber_rows(directory: str) -> dict[str, Any]:
                 }
                 for row in sorted(lag_report(log), key=lambda r: r.name)
             ]
+    from compactlog.subscriber import name_holder
+
     for row in rows:
+        row["consumer_pid"] = name_holder(directory, row["name"])
         row["status"] = (
             "stuck below log start"
             if row["stuck_below_start"]
@@ -105,7 +112,8 @@ def list_(path: str, as_json: bool) -> int:
 
     A subscriber whose checkpoint is below the log start (its segments were removed) is
     flagged "stuck below log start"; the library resumes it at the log start, and
-    `compactlog repair` rewrites its checkpoint. Exits 1 when one is stuck.
+    `compactlog repair` rewrites its checkpoint. Exits 1 when one is stuck. The consumer
+    column shows the pid consuming each name now (a durable name has one at a time).
 
     \b
     Examples:
@@ -128,6 +136,7 @@ def list_(path: str, as_json: bool) -> int:
             "lag bytes",
             "lag segments",
             "pending",
+            "consumer",
             "status",
         ),
         (
@@ -138,6 +147,7 @@ def list_(path: str, as_json: bool) -> int:
                 human_bytes(row["lag_bytes"]),
                 row["lag_segments"],
                 row["pending_segments"],
+                f"pid {row['consumer_pid']}" if row["consumer_pid"] else "-",
                 row["status"],
             )
             for row in document["subscribers"]
@@ -177,38 +187,23 @@ def _resolve(log: Any, where: str) -> int:
     return offset
 
 
-def _store(log: Any, name: str, offset: int, *, new: bool) -> None:
-    """Persist ``name``'s checkpoint at ``offset`` through the library's subscriber API (or,
-    where that is not available, the checkpoint state file it maintains)."""
-    try:
-        import compactlog.subscriber  # noqa: F401
-    except ImportError:
-        from compactlog.state_files import write_checkpoint
-
-        write_checkpoint(log.fs, log.directory, name, offset)
-        return
-    subscriber = log.subscribe(name, start=offset) if new else log.subscribe(name)
-    try:
-        subscriber.seek(offset)
-        subscriber.commit()
-    finally:
-        close = getattr(subscriber, "close", None)
-        if callable(close):
-            close()
+def _consumer_force_option(func: Any) -> Any:
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Change the checkpoint even while a consumer holds the name (it overwrites the "
+        "checkpoint on its next commit, or recreates a removed one).",
+    )(func)
 
 
-def _remove(log: Any, name: str) -> None:
-    try:
-        import compactlog.subscriber  # noqa: F401
-    except ImportError:
-        import os
-
-        from compactlog import filenames
-
-        os.remove(os.path.join(log.directory, filenames.checkpoint_name(name)))
-        log.fs.fsync_dir(log.directory)
-        return
-    log.remove_subscriber(name)
+def _in_use(error: Any, name: str, directory: str, action: str) -> CliError:
+    """The one-line refusal for a subscriber a consumer holds."""
+    who = f"pid {error.pid}" if error.pid else "another process (pid unknown)"
+    return CliError(
+        f"refusing to {action} subscriber {name!r}: it is in use by {who}, which would "
+        "overwrite its checkpoint on its next commit; stop that consumer first or pass --force",
+        path=directory,
+    )
 
 
 @subscribers.command("add")
@@ -222,10 +217,12 @@ def _remove(log: Any, name: str) -> None:
     metavar="start|end|OFFSET",
     help="Where the new subscriber starts reading.",
 )
-@force_option
+@click.option("--force", is_flag=True, hidden=True, help="No effect (kept for scripts).")
 @json_option
 def add(path: str, name: str, at: str, force: bool, as_json: bool) -> None:
     """Add a durable subscriber NAME with a checkpoint at the log start, end or an offset.
+
+    Safe beside live writers: the checkpoint is written atomically.
 
     \b
     Examples:
@@ -233,12 +230,17 @@ def add(path: str, name: str, at: str, force: bool, as_json: bool) -> None:
       compactlog subscribers add ./log audit --at end
       compactlog subscribers add ./log replay --at 1000 --json
     """
+    from compactlog import SubscriberBusyError
+
     _check_name(name)
-    with open_for_change(path, force=force) as log:
+    with open_read_only(path) as log:
         if name in log.subscribers():
             raise CliError(f"subscriber {name!r} already exists", path=log.directory)
         offset = _resolve(log, at)
-        _store(log, name, offset, new=True)
+        try:
+            log.subscribe(name, start=offset).close()
+        except SubscriberBusyError as error:  # a consumer created it just now
+            raise _in_use(error, name, log.directory, "add") from None
         committed = log.subscribers().get(name)
         directory = log.directory
     if as_json:
@@ -250,23 +252,29 @@ def add(path: str, name: str, at: str, force: bool, as_json: bool) -> None:
 @subscribers.command("remove")
 @path_argument
 @click.argument("name")
-@force_option
+@_consumer_force_option
 @json_option
 def remove(path: str, name: str, force: bool, as_json: bool) -> None:
     """Remove durable subscriber NAME and its checkpoint.
 
-    With cleanup_policy=consumed, its pending segments may then be deleted.
+    With cleanup_policy=consumed, its pending segments may then be deleted. Safe beside
+    live writers; refuses while a consumer holds NAME, naming its pid, unless --force.
 
     \b
     Examples:
       compactlog subscribers remove ./log billing
     """
+    from compactlog import SubscriberBusyError
+
     _check_name(name)
-    with open_for_change(path, force=force) as log:
+    with open_read_only(path) as log:
         checkpoints = log.subscribers()
         if name not in checkpoints:
             raise UsageProblem(f"no durable subscriber named {name!r}", path=log.directory)
-        _remove(log, name)
+        try:
+            log.remove_subscriber(name, force=force)
+        except SubscriberBusyError as error:
+            raise _in_use(error, name, log.directory, "remove") from None
         directory = log.directory
     if as_json:
         emit_json({"path": directory, "subscriber": name, "removed": True})
@@ -286,15 +294,15 @@ def remove(path: str, name: str, force: bool, as_json: bool) -> None:
     metavar="TIME",
     help="Move to the first record at or after TIME (ms since the epoch or ISO 8601).",
 )
-@force_option
+@_consumer_force_option
 @json_option
 def seek(
     path: str, name: str, to: str | None, to_timestamp: str | None, force: bool, as_json: bool
 ) -> None:
     """Move durable subscriber NAME's committed position.
 
-    Stop the subscriber's process first: it would overwrite the checkpoint on its next
-    commit.
+    Safe beside live writers. Refuses while a consumer holds NAME (it would overwrite the
+    checkpoint on its next commit), naming its pid, unless --force.
 
     \b
     Examples:
@@ -302,13 +310,16 @@ def seek(
       compactlog subscribers seek ./log billing --to 120000
       compactlog subscribers seek ./log billing --to-timestamp 2024-05-01T00:00:00Z
     """
+    from compactlog import SubscriberBusyError
+    from compactlog.subscriber import set_committed
+
     from .scan import offset_for_timestamp
 
     _check_name(name)
     if (to is None) == (to_timestamp is None):
         raise click.UsageError("give exactly one of --to and --to-timestamp")
     timestamp = parse_timestamp(to_timestamp) if to_timestamp is not None else None
-    with open_for_change(path, force=force) as log:
+    with open_read_only(path) as log:
         checkpoints = log.subscribers()
         if name not in checkpoints:
             raise UsageProblem(f"no durable subscriber named {name!r}", path=log.directory)
@@ -317,7 +328,10 @@ def seek(
             offset = log.end_offset if found is None else found
         else:
             offset = _resolve(log, to or "start")
-        _store(log, name, offset, new=False)
+        try:
+            set_committed(log, name, offset, force=force)
+        except SubscriberBusyError as error:
+            raise _in_use(error, name, log.directory, "move") from None
         committed = log.subscribers().get(name)
         directory = log.directory
     if as_json:

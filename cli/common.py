@@ -1,11 +1,18 @@
 """What every command shares: the PATH argument, ``--json``/``--force``, opening a log the
-right way, and the writers' lock check.
+right way, and the check for live writers.
 
 Read-only commands open the log with ``read_only=True``: no lock is taken, so they never
-block writers. Commands that change files first call :func:`refuse_if_busy`: a non-blocking
+block writers. Commands the library makes safe beside live writers (``compact``,
+``retention``, ``subscribers add|remove|seek``) open the log without asking who else has
+it: the cleaner lock, the swap protocol and atomic checkpoints are what make that safe.
+
+Only changes that are unsafe while a writer runs (``repair``; ``config set`` of a setting
+writers read once when they open the log) call :func:`refuse_if_busy`: a non-blocking
 ``flock`` on ``<log>/.lock`` (held by a writer during each append) plus a look at which
-processes keep ``.lock`` open (every writer does, for as long as it has the log open), so an
-idle writer is found too. ``--force`` skips the check.
+processes keep ``.lock`` open *for writing* (every writer does, for as long as it has the
+log open), so an idle writer is found too. A process that only reads (a subscriber, a
+read-only open) keeps ``.lock`` open read-only, or not at all, and is not a writer.
+``--force`` skips the check.
 """
 
 from __future__ import annotations
@@ -47,6 +54,14 @@ def force_option(func: F) -> F:
     )(func)
 
 
+def no_longer_needed_force_option(func: F) -> F:
+    """``--force`` on commands that no longer refuse anything: accepted (scripts written
+    for older versions keep working), hidden, and without effect."""
+    return click.option("--force", is_flag=True, hidden=True, help="No effect (kept for scripts).")(
+        func
+    )
+
+
 def encoding_option(func: F) -> F:
     return click.option(
         "-e",
@@ -80,12 +95,22 @@ def open_read_only(path: str) -> Any:
     return compactlog.open(log_dir(path), create=False, read_only=True)
 
 
-def open_for_change(path: str, *, force: bool, **config: Any) -> Any:
-    """Open for writing after checking that no writer is busy (unless ``force``)."""
+def open_beside_writers(path: str, **config: Any) -> Any:
+    """Open for writing without asking who else has the log open: for changes the library
+    makes safe beside live writers (compaction, retention, config read afresh per pass).
+    Opening takes the writers' lock only for the moment it reads (and merges) ``meta``."""
+    import compactlog
+
+    return compactlog.open(log_dir(path), create=False, **config)
+
+
+def open_for_change(path: str, *, force: bool, why: str, **config: Any) -> Any:
+    """Open for writing after checking that no writer is live (unless ``force``); ``why``
+    says what a live writer would make unsafe."""
     import compactlog
 
     directory = log_dir(path)
-    refuse_if_busy(directory, force=force)
+    refuse_if_busy(directory, force=force, why=why)
     return compactlog.open(directory, create=False, **config)
 
 
@@ -143,9 +168,24 @@ def _flock_holders(inode: int, device: int) -> set[int]:
     return pids
 
 
+def _opened_for_writing(pid: str, fd: str) -> bool:
+    """Whether descriptor ``fd`` of ``pid`` was opened for writing (``/proc/<pid>/fdinfo``
+    ``flags``, octal). Readers (subscribers, read-only opens) open ``.lock`` read-only. If
+    the flags cannot be read, the process counts as a writer: refusing wrongly is safe."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
+            for line in handle:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
+
+
 def _openers(lock_path: str, inode: int, device: int) -> set[int]:
-    """Pids (other than ours) with ``lock_path`` open: writers keep it open while the log is
-    open. Processes we may not inspect are skipped."""
+    """Pids (other than ours) with ``lock_path`` open for writing: writers keep it open
+    while the log is open; readers hold it read-only and are left out. Processes we may not
+    inspect are skipped."""
     pids: set[int] = set()
     me = os.getpid()
     try:
@@ -165,7 +205,7 @@ def _openers(lock_path: str, inode: int, device: int) -> set[int]:
                 stat = os.stat(os.path.join(fd_dir, fd))
             except OSError:
                 continue
-            if stat.st_ino == inode and stat.st_dev == device:
+            if stat.st_ino == inode and stat.st_dev == device and _opened_for_writing(entry, fd):
                 pids.add(int(entry))
                 break
     return pids
@@ -173,7 +213,8 @@ def _openers(lock_path: str, inode: int, device: int) -> set[int]:
 
 def writer_holders(directory: str) -> list[Holder]:
     """Processes writing to the log: the current ``flock`` holder of ``.lock`` and every
-    process that has ``.lock`` open. Empty when the log is idle."""
+    process that has ``.lock`` open for writing. Empty when no writer has the log open
+    (readers and subscribers may)."""
     import fcntl
 
     lock_path = os.path.join(directory, LOCK_NAME)
@@ -199,8 +240,9 @@ def writer_holders(directory: str) -> list[Holder]:
     return holders
 
 
-def refuse_if_busy(directory: str, *, force: bool) -> None:
-    """Exit 1 when a writer has the log (unless ``force``), naming who."""
+def refuse_if_busy(directory: str, *, force: bool, why: str) -> None:
+    """Exit 1 when a writer has the log (unless ``force``), naming who and ``why`` that is
+    unsafe."""
     if force:
         return
     holders = writer_holders(directory)
@@ -211,7 +253,7 @@ def refuse_if_busy(directory: str, *, force: bool) -> None:
     else:
         who = "; ".join(h.describe() for h in holders)
     raise CliError(
-        f"refusing to change the log while it is in use: {who}; stop the writer first or "
+        f"refusing while a writer has the log open ({who}): {why}; stop the writer first or "
         "pass --force",
         path=directory,
     )

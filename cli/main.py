@@ -66,8 +66,9 @@ def cli() -> None:
 
     Every command takes the log directory as PATH, prints aligned tables for people and
     JSON with --json for scripts, and exits 0 on success, 1 when it found a problem, 2 on
-    bad usage. Commands that change files refuse while a writer has the log open unless
-    --force; read-only commands never block writers.
+    bad usage. Read-only commands never block writers; compact, retention and subscriber
+    changes run beside live writers; only repair and config changes writers cannot pick up
+    refuse while a writer has the log open (unless --force), saying why.
 
     \b
     Examples:

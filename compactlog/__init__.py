@@ -28,6 +28,7 @@ from .errors import (
     NotALogError,
     ReadOnlyLogError,
     RecordTooLargeError,
+    SubscriberBusyError,
     SubscriberError,
     WriteRefusedError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "RecordBatch",
     "RecordTooLargeError",
     "RepairReport",
+    "SubscriberBusyError",
     "SubscriberError",
     "WriteRefusedError",
     "open",

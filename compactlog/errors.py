@@ -71,3 +71,26 @@ class WriteRefusedError(CompactLogError):
 
 class SubscriberError(CompactLogError, ValueError):
     """An invalid subscriber name or an unknown subscriber."""
+
+
+class SubscriberBusyError(LogLockedError):
+    """A durable subscriber name that another consumer holds (one consumer per name, as a
+    Kafka partition has one consumer per group).
+
+    ``pid`` is the holder's process id (``None`` if it could not be read); it may be this
+    process, when another :class:`~compactlog.Subscriber` object (another thread) holds the
+    name. The hold is an ``flock`` that dies with its process, so a crashed consumer never
+    blocks its successor.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subscriber: str,
+        pid: int | None,
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.subscriber = subscriber
+        self.pid = pid
+        super().__init__(message, path=path)

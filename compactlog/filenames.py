@@ -10,6 +10,7 @@ Recovery, retention, the cleaner and the CLI all classify directory entries with
 ``meta``                format version, config, log start offset (atomic JSON)
 ``cp.<hex(name)>``      checkpoint of one durable subscriber
 ``cp.h.<sha256 hex>``   checkpoint of a subscriber whose hex name would exceed 255 bytes
+``.cp.<...>.lock``      held (``flock``) by the one consumer of that durable subscriber
 ``cleaner.checkpoint``  the cleaner point (first dirty offset) and tombstone clock
 ``pre_commit``          JLog-style precommit buffer (mmap'ed)
 ``.lock``               writers' advisory lock, also holding the shared head state
@@ -41,6 +42,8 @@ CLEAN_SHUTDOWN = "clean_shutdown"
 QUARANTINE_SUFFIX = ".quarantine"
 CHECKPOINT_PREFIX = "cp."
 HASHED_CHECKPOINT_PREFIX = "cp.h."
+SUBSCRIBER_LOCK_PREFIX = ".cp."
+LOCK_SUFFIX = ".lock"
 MAX_FILENAME_BYTES = 255
 
 
@@ -87,6 +90,8 @@ def parse_filename(name: str) -> ParsedName:
         return ParsedName(_FIXED[name])
     if name.endswith(TEMP_SUFFIX):
         return ParsedName(FileKind.TEMP)
+    if name.startswith(SUBSCRIBER_LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
+        return ParsedName(FileKind.LOCK)
     if name.endswith(QUARANTINE_SUFFIX):
         return ParsedName(FileKind.QUARANTINE)
     if name.endswith(REWRITE_SUFFIX):
@@ -134,6 +139,19 @@ def checkpoint_name(subscriber: str) -> str:
     if len(name) <= MAX_FILENAME_BYTES:
         return name
     return HASHED_CHECKPOINT_PREFIX + hashlib.sha256(encoded).hexdigest()
+
+
+def subscriber_lock_name(subscriber: str) -> str:
+    """``.cp.<hex of the UTF-8 name>.lock``, or ``.cp.h.<sha256>.lock`` when that is too long.
+
+    Hidden (a leading dot) and never starting with ``cp.``, so it is not taken for a
+    checkpoint; the same name always maps to the same file in every process.
+    """
+    name = f".{checkpoint_name(subscriber)}{LOCK_SUFFIX}"
+    if len(name) <= MAX_FILENAME_BYTES:
+        return name
+    digest = hashlib.sha256(subscriber.encode("utf-8")).hexdigest()
+    return f".{HASHED_CHECKPOINT_PREFIX}{digest}{LOCK_SUFFIX}"
 
 
 _temp_counter = itertools.count()

@@ -11,6 +11,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ class Log:
         self.fs = _fs or DEFAULT_FS
         self._closed = False
         self._meta_lock = threading.Lock()
+        self._subscribers: weakref.WeakSet[Any] = weakref.WeakSet()  # closed by close()
         self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
         self.recovery_report: list[str] = []
         self.meta = self._load_or_create(create, config)
@@ -366,6 +368,7 @@ class Log:
         self._writable()
         now = self.clock() if now_ms is None else now_ms
         with self.cleaner_lock(wait=True):
+            self.reload_meta()  # retention settings may have changed since this log opened
             return self._enforce_retention_locked(now)
 
     def _enforce_retention_locked(self, now: int) -> retention.RetentionResult:
@@ -401,18 +404,29 @@ class Log:
         return list_checkpoints(self.directory)
 
     def subscribe(self, name: str, *, start: int | None = None) -> Any:
-        """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient."""
+        """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
+
+        A durable name has one consumer at a time in all processes and threads: while one
+        is open, this raises :class:`SubscriberBusyError` naming the holder's pid.
+        :meth:`close` closes every subscriber made here.
+        """
         from .subscriber import Subscriber
 
         self._check_open()
-        return Subscriber(self, name, start=start)
+        subscriber = Subscriber(self, name, start=start)
+        self._subscribers.add(subscriber)
+        if self._closed:  # close() ran in another thread meanwhile and missed this one
+            subscriber.close()
+            raise LogClosedError("log is closed", path=self.directory)
+        return subscriber
 
-    def remove_subscriber(self, name: str) -> None:
-        """Forget a durable subscriber and its checkpoint."""
+    def remove_subscriber(self, name: str, *, force: bool = False) -> None:
+        """Forget a durable subscriber and its checkpoint. Refuses with
+        :class:`SubscriberBusyError` while a consumer holds the name, unless ``force``."""
         from .subscriber import remove_subscriber
 
         self._check_open()
-        remove_subscriber(self, name)
+        remove_subscriber(self, name, force=force)
 
     # -- compaction and the latest state -------------------------------------------------
     def compact(self, force: bool = False, *, now_ms: int | None = None) -> Any:
@@ -439,9 +453,13 @@ class Log:
 
     # -- closing -----------------------------------------------------------------------
     def close(self) -> None:
+        """Close the subscribers made by :meth:`subscribe` (their descriptors and names are
+        released; using one afterwards raises :class:`LogClosedError`), then the writer."""
         if self._closed:
             return
         try:
+            for subscriber in list(self._subscribers):
+                subscriber.close()
             if self.writer is not None:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:

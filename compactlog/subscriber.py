@@ -28,6 +28,15 @@ process, so the wake-up is immediate); it re-checks at least every
 ``INOTIFY_SAFETY_S`` in case an event is lost. Where inotify is missing or found not to
 fire, it sleeps in steps growing from 50 us to 2 ms between reads of the head.
 
+Exclusive consumers. A durable name has one consumer at a time, in all processes and
+threads (Kafka: one consumer per partition and group): the :class:`Subscriber` holds an
+``flock`` on ``.cp.<hex(name)>.lock`` (``filenames.subscriber_lock_name``) from construction
+to :meth:`Subscriber.close` (or :meth:`Log.close`, or garbage collection), and another
+``subscribe(name)`` raises :class:`SubscriberBusyError` naming the holder's pid. The kernel
+drops the lock with the holder's last descriptor, so a ``kill -9``-ed consumer never blocks
+its successor. See :func:`acquire_name_lock` for the protocol. Transient (``~``) names take
+no lock: each transient subscriber is private to its object.
+
 Crash safety of :meth:`Subscriber.commit`: the checkpoint is replaced by
 ``FileSystem.write_atomic`` (temp, fsync, rename, fsync directory), so a ``kill -9`` at any
 instant leaves the old or the new position. A restarted subscriber resumes at its last
@@ -40,6 +49,8 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
+import errno
+import fcntl
 import logging
 import os
 import select
@@ -53,7 +64,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import filenames
-from .errors import CorruptLogError, LogClosedError, MissingSegmentError, SubscriberError
+from .errors import (
+    CorruptLogError,
+    LogClosedError,
+    MissingSegmentError,
+    SubscriberBusyError,
+    SubscriberError,
+)
 from .format import BATCH_HEADER, Record, RecordBatch, check_batch, decode_batch, read_batch_header
 from .head import Head, read_head
 from .reader import iter_batches, trim_batch
@@ -81,6 +98,8 @@ SLEEP_MIN_S = 50e-6  # sleep-polling: first sleep between reads of the head ...
 SLEEP_MAX_S = 2e-3  # ... doubling up to this
 INOTIFY_SAFETY_S = 0.05  # with inotify: re-check the head at least this often
 COMMIT_ATTEMPTS = 3  # a log opened elsewhere removes stray ``.tmp`` files: retry then
+HOLDER_RECORD_BYTES = 32  # ``pid <n>`` padded: rewritten in place by one pwrite
+HOLDER_READ_ATTEMPTS = 20  # a holder that just took the lock writes its pid a moment later
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -125,6 +144,157 @@ def _load_checkpoint(directory: str, name: str) -> int | None:
 def _log_start(directory: str) -> int:
     """The log start offset as ``meta`` on disk says now (other processes move it)."""
     return read_meta(directory).log_start_offset
+
+
+# -- one consumer per name ---------------------------------------------------------------
+
+
+def _lock_path(directory: str, name: str) -> str:
+    return os.path.join(directory, filenames.subscriber_lock_name(name))
+
+
+def _read_holder(fd: int) -> int | None:
+    """The pid a holder wrote into its lock file, ``None`` if there is none (yet)."""
+    for _attempt in range(HOLDER_READ_ATTEMPTS):
+        text = os.pread(fd, HOLDER_RECORD_BYTES, 0).decode("ascii", errors="replace").split()
+        if len(text) == 2 and text[0] == "pid" and text[1].isdigit():
+            return int(text[1])
+        time.sleep(0.001)
+    return None
+
+
+def _busy(directory: str, name: str, pid: int | None) -> SubscriberBusyError:
+    if pid is None:
+        who = "another consumer (pid unknown)"
+    elif pid == os.getpid():
+        who = f"pid {pid} (this process: another Subscriber object or thread)"
+    else:
+        who = f"pid {pid}"
+    return SubscriberBusyError(
+        f"subscriber {name!r} is in use by {who}; a durable subscriber has one consumer at "
+        "a time: close that one first (its lock goes with its process)",
+        subscriber=name,
+        pid=pid,
+        path=directory,
+    )
+
+
+def acquire_name_lock(directory: str, name: str) -> int:
+    """Take durable subscriber ``name``'s lock; return the descriptor that holds it.
+
+    Raises :class:`SubscriberBusyError` (naming the holder's pid) when it is held.
+    Closing the descriptor releases it, as does the death of the process.
+
+    Protocol (each step is safe to crash in; the lock is an ``flock``, never a file's
+    existence):
+
+    1. Open ``.cp.<hex(name)>.lock``, creating it if missing.
+    2. ``flock(LOCK_EX | LOCK_NB)``. If held: read the holder's pid from the file and
+       raise :class:`SubscriberBusyError`.
+    3. Compare the descriptor's inode with the path's: if :func:`remove_subscriber`
+       unlinked the file between steps 1 and 2, this lock is on an orphan inode that
+       nobody else can find; close it and start again at 1.
+    4. Write ``pid <our pid>`` (fixed width, one ``pwrite``) at byte 0 for the next
+       contender's message. A crash here leaves a stale pid in a file nobody holds:
+       harmless, the next holder overwrites it.
+    """
+    path = _lock_path(directory, name)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _busy(directory, name, _read_holder(fd)) from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            record = f"pid {os.getpid()}".ljust(HOLDER_RECORD_BYTES - 1) + "\n"
+            os.pwrite(fd, record.encode("ascii"), 0)
+            return fd
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
+
+
+def _acquire_or_degrade(directory: str, name: str) -> int:
+    """:func:`acquire_name_lock`, except where the lock file cannot be created (a log on a
+    read-only file system or directory): such a subscriber cannot commit either, so two of
+    them cannot overwrite each other's position; it runs without the lock (a warning says
+    so)."""
+    try:
+        return acquire_name_lock(directory, name)
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        logger.warning(
+            "subscriber %r: cannot create its lock file (%s); running without exclusivity",
+            name,
+            error.strerror,
+        )
+        return -1
+
+
+def _proc_lock_holders(fd: int) -> set[int] | None:
+    """Pids that ``/proc/locks`` lists as holding a lock on ``fd``'s file (Linux), without
+    touching the lock; ``None`` where ``/proc/locks`` cannot be read."""
+    stat = os.fstat(fd)
+    wanted = (os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino)
+    try:
+        with open("/proc/locks") as handle:
+            lines = handle.readlines()
+    except OSError:
+        return None
+    pids: set[int] = set()
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6:  # a waiter, not a holder
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == wanted:
+                pids.add(int(fields[4]))
+        except ValueError:
+            continue
+    return pids
+
+
+def name_holder(directory: str, name: str) -> int | None:
+    """The pid consuming durable subscriber ``name`` now (0 if its pid is unreadable), or
+    ``None`` if nobody is.
+
+    Reads ``/proc/locks`` so that looking never takes the name from a consumer starting
+    at that instant; where there is no ``/proc/locks`` it probes with a shared lock taken
+    and dropped at once. For display (``compactlog subscribers list``), never for a
+    decision: the answer may be stale by the time it is read.
+    """
+    try:
+        fd = os.open(_lock_path(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        holders = _proc_lock_holders(fd)
+        if holders is not None:
+            if not holders:
+                return None
+            written = _read_holder(fd)
+            return written if written in holders else min(holders)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_holder(fd)
+            return pid if pid is not None else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 # -- events and reports ------------------------------------------------------------------
@@ -227,18 +397,73 @@ def lag_report(log: Log) -> list[SubscriberLag]:
     return report
 
 
-def remove_subscriber(log: Log, name: str) -> None:
-    """Delete durable subscriber ``name``'s checkpoint (it no longer holds retention)."""
+def remove_subscriber(log: Log, name: str, *, force: bool = False) -> None:
+    """Delete durable subscriber ``name``'s checkpoint (it no longer holds retention).
+
+    Refuses with :class:`SubscriberBusyError` while a consumer holds the name; ``force``
+    removes the checkpoint anyway (that consumer recreates it on its next commit). The
+    lock file goes too, unlinked while holding its lock (see :func:`acquire_name_lock`).
+    """
+    validate_name(name)
+    if is_transient(name):
+        raise SubscriberError(f"{name!r} is a transient subscriber: it has no checkpoint")
+    try:
+        lock_fd = acquire_name_lock(log.directory, name)
+    except SubscriberBusyError:
+        if not force:
+            raise
+        lock_fd = -1
+    try:
+        if _load_checkpoint(log.directory, name) is None:
+            raise SubscriberError(f"no durable subscriber named {name!r}", path=log.directory)
+        try:
+            log.fs.remove(os.path.join(log.directory, filenames.checkpoint_name(name)))
+        except FileNotFoundError:
+            raise SubscriberError(
+                f"no durable subscriber named {name!r}", path=log.directory
+            ) from None
+        if lock_fd >= 0:
+            try:
+                os.unlink(_lock_path(log.directory, name))
+            except FileNotFoundError:
+                pass
+        log.fs.fsync_dir(log.directory)
+    finally:
+        if lock_fd >= 0:
+            os.close(lock_fd)
+
+
+def set_committed(log: Log, name: str, offset: int, *, force: bool = False) -> int:
+    """Move durable subscriber ``name``'s committed position to ``offset`` (an operator's
+    seek; below the log start: the log start). Returns the position stored.
+
+    Takes the name's lock like a consumer, so it refuses with
+    :class:`SubscriberBusyError` while one runs: that consumer would overwrite the
+    checkpoint on its next commit. ``force`` writes the checkpoint anyway.
+    """
     validate_name(name)
     if is_transient(name):
         raise SubscriberError(f"{name!r} is a transient subscriber: it has no checkpoint")
     if _load_checkpoint(log.directory, name) is None:
         raise SubscriberError(f"no durable subscriber named {name!r}", path=log.directory)
     try:
-        log.fs.remove(os.path.join(log.directory, filenames.checkpoint_name(name)))
-    except FileNotFoundError:
-        raise SubscriberError(f"no durable subscriber named {name!r}", path=log.directory) from None
-    log.fs.fsync_dir(log.directory)
+        subscriber = Subscriber(log, name)
+    except SubscriberBusyError:
+        if not force:
+            raise
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise SubscriberError(f"offset must be a non-negative int, not {offset!r}") from None
+        if offset > log.end_offset:
+            raise SubscriberError(
+                f"offset {offset} is beyond the end of the log ({log.end_offset})"
+            ) from None
+        target = max(offset, _log_start(log.directory))
+        write_checkpoint(log.fs, log.directory, name, target)
+        return target
+    with subscriber:
+        subscriber.seek(offset)
+        subscriber.commit()
+        return subscriber.position
 
 
 # -- waiting -------------------------------------------------------------------------------
@@ -339,6 +564,7 @@ class _Descriptors:
 
     def __init__(self) -> None:
         self.lock_fd = -1
+        self.name_lock_fd = -1  # durable names: the flock making this the only consumer
         self.cursor: _Cursor | None = None
         self.watcher: _Watcher | None = None
 
@@ -355,14 +581,18 @@ class _Descriptors:
         if self.lock_fd >= 0:
             os.close(self.lock_fd)
             self.lock_fd = -1
+        if self.name_lock_fd >= 0:  # last: the name is free once nothing else is open
+            os.close(self.name_lock_fd)
+            self.name_lock_fd = -1
 
 
 class Subscriber:
     """One reader of a log with its own position. See the module docstring.
 
     Not meant to be shared by threads polling at once (calls are serialized by a lock).
-    One process at a time should consume a given durable name: two would each see every
-    record, and their commits would overwrite each other's.
+    A durable name has one consumer at a time in all processes and threads: constructing
+    a second raises :class:`SubscriberBusyError` until the first is closed (or its process
+    dies). :meth:`Log.close` closes every subscriber the log made.
     """
 
     def __init__(self, log: Log, name: str, *, start: int | None = None) -> None:
@@ -373,8 +603,20 @@ class Subscriber:
         self.skipped: list[SkipEvent] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = False  # set without the lock, so a waiting poll notices a close
         self._fds = _Descriptors()
         self._finalizer = weakref.finalize(self, self._fds.close)
+        try:
+            self._setup(start)
+        except BaseException:
+            self._closed = True
+            self._finalizer()
+            raise
+
+    def _setup(self, start: int | None) -> None:
+        name = self.name
+        if not self.transient:
+            self._fds.name_lock_fd = _acquire_or_degrade(self.directory, name)
         try:
             self._fds.lock_fd = os.open(
                 os.path.join(self.directory, filenames.WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC
@@ -467,6 +709,7 @@ class Subscriber:
             deadline = time.monotonic() + timeout_s
             delay = SLEEP_MIN_S
             while True:
+                self._check_open()
                 before = self._position
                 batches = self._read(max_records, max_bytes)
                 if self._position != before:
@@ -481,7 +724,8 @@ class Subscriber:
                     time.sleep(delay)
                     delay = min(delay * 2, SLEEP_MAX_S)
                     continue
-                if not self._watcher().wait(self._head_has_more, deadline):
+                if not self._watcher().wait(self._wake, deadline):
+                    self._check_open()
                     return []
                 self._check_open()
 
@@ -515,7 +759,10 @@ class Subscriber:
             self._quiet = True
 
     def close(self) -> None:
-        """Release the descriptors. Does not commit."""
+        """Release the descriptors and the name (another consumer may take it at once).
+        Does not commit. A poll waiting in another thread returns within
+        ``INOTIFY_SAFETY_S`` (raising :class:`LogClosedError`)."""
+        self._closing = True
         with self._lock:
             self._closed = True
             self._finalizer()
@@ -535,7 +782,7 @@ class Subscriber:
 
     # -- internals: state ----------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise LogClosedError(f"subscriber {self.name!r} is closed", path=self.directory)
         if self.log.closed:
             raise LogClosedError("log is closed", path=self.directory)
@@ -594,6 +841,9 @@ class Subscriber:
     def _end_offset(self) -> int:
         head = self._head()
         return head.end_offset if head is not None else self.log.end_offset
+
+    def _wake(self) -> bool:
+        return self._closing or self.log.closed or self._head_has_more()
 
     def _head_has_more(self) -> bool:
         head = self._head()
@@ -777,9 +1027,12 @@ __all__ = [
     "SkipEvent",
     "Subscriber",
     "SubscriberLag",
+    "acquire_name_lock",
     "backlog",
     "is_transient",
     "lag_report",
+    "name_holder",
     "remove_subscriber",
+    "set_committed",
     "validate_name",
 ]

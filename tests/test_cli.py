@@ -434,7 +434,7 @@ def live_writer(log_copy, tmp_path):
     child.wait(timeout=30)
 
 
-def test_commands_work_beside_a_writer_and_changes_are_refused(live_writer):
+def test_commands_work_beside_a_writer_and_only_unsafe_changes_are_refused(live_writer):
     path, child = live_writer
     meta = run_json("meta", path)
     assert child.pid in [w["pid"] for w in meta["writers"]]
@@ -444,16 +444,23 @@ def test_commands_work_beside_a_writer_and_changes_are_refused(live_writer):
     run("stats", path)
     assert run("dump", path, "--from", RECORDS + 1, "--limit", 5).stdout.count("live:") == 5
     run("get", path, "live:3")
-    for args in (
-        ("compact", path),
-        ("retention", path),
-        ("repair", path),
-        ("config", "set", path, "retention_ms=1d"),
-        ("subscribers", "add", path, "late"),
+    # safe beside a writer: no --force needed
+    run("compact", path)
+    run("retention", path)
+    run("config", "set", path, "retention_ms=1d")
+    run("subscribers", "add", path, "late")
+    run("subscribers", "seek", path, "late", "--to", "end")
+    # unsafe while a writer runs: refused, naming the writer and why
+    for args, why in (
+        (("repair", path), "repair truncates segments"),
+        (
+            ("config", "set", path, "segment_bytes=1MiB"),
+            "writers read segment_bytes only when they open the log",
+        ),
     ):
         line = one_error_line(run(*args, check=1))
-        assert f"pid {child.pid}" in line and "--force" in line, line
-    run("subscribers", "add", path, "late", "--force")
+        assert f"pid {child.pid}" in line and "--force" in line and why in line, line
+    run("config", "set", path, "segment_bytes=1MiB", "--force")
     run("repair", path, "--dry-run", check=None)  # allowed: changes nothing
     assert run_json("subscribers", "list", path)["subscribers"][0]["name"] == "late"
 

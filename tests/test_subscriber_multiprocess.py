@@ -169,7 +169,9 @@ def test_two_writers_three_subscribers_one_killed_and_restarted(tmp_path):
         with compactlog.open(path, read_only=True) as log:
             end = log.end_offset
             records = list(log.read())
-        (control / "done").write_text(str(end))
+        # atomically: a subscriber may look at the file between a truncate and a write
+        (control / "done.tmp").write_text(str(end))
+        os.replace(control / "done.tmp", control / "done")
         for name, proc in subs.items():
             assert proc.wait(timeout=max(deadline - time.monotonic(), 1)) == 0, name
     finally:
