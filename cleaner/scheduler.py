@@ -104,6 +104,7 @@ class Cleaner:
         self.phase = "starting"
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
+        self._save_lock = threading.Lock()  # one writer of the state file at a time
 
     # -- one round -----------------------------------------------------------------------
     def round(self, *, force: bool = False, retention_only: bool = False) -> list[PassOutcome]:
@@ -357,7 +358,8 @@ class Cleaner:
         if self.state_path is None:
             return
         try:
-            write_state(self.state_path, self.document())
+            with self._save_lock:
+                write_state(self.state_path, self.document())
         except OSError as error:
             logger.warning(
                 f"cannot write the state file {self.state_path}: {error}",
