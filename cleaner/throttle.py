@@ -32,11 +32,13 @@ class SharedThrottle:
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
         burst_seconds: float = DEFAULT_BURST_SECONDS,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         self.rate = bytes_per_second
         self.stop = stop or threading.Event()
         self.clock = clock
         self.burst = burst_seconds
+        self.sleep = sleep or self.stop.wait  # waking on stop: SIGTERM ends a throttled wait
         self._lock = threading.Lock()
         self._tat = clock()  # when the bytes charged so far are "paid for"
         self.bytes = 0
@@ -54,7 +56,7 @@ class SharedThrottle:
             delay = self._tat - now - self.burst
         if delay <= 0:
             return 0.0
-        self.stop.wait(delay)
+        self.sleep(delay)
         with self._lock:
             self.slept += delay
         return delay
