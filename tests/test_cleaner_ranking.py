@@ -5,14 +5,15 @@ a segment)."""
 from __future__ import annotations
 
 import builtins
+import itertools
 import os
 
+from compactlog.cleaner.discovery import LogFacts, LogRef, discover, probe
+from compactlog.cleaner.ranking import Candidate, judge, rank
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.cleaner.discovery import LogFacts, LogRef, discover, probe
-from compactlog.cleaner.ranking import Candidate, judge, rank
 from compactlog.config import LogConfig
 
 NOW = 1_800_000_000_000
@@ -61,7 +62,7 @@ def test_the_queue_puts_overdue_logs_first_then_dirtiest_then_largest(items):
     order = [c for c in queue]
     due = [f for f in items if judge(f, NOW) is not None]
     assert sorted(c.facts.ref.path for c in order) == sorted(f.ref.path for f in due)
-    for before, after in zip(order, order[1:], strict=False):
+    for before, after in itertools.pairwise(order):
         if before.past_max_lag != after.past_max_lag:
             assert before.past_max_lag  # every overdue log comes before every other
             continue

@@ -9,8 +9,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-import compactlog
 from compactlog.cleaner import passes
 from compactlog.cleaner.config import ServiceConfig
 from compactlog.cleaner.metrics import HealthServer, Metrics
@@ -18,6 +16,8 @@ from compactlog.cleaner.process import AlreadyRunningError, ServiceLock, acquire
 from compactlog.cleaner.scheduler import Cleaner
 from compactlog.cleaner.state import read_state, remove_stray_temps, write_state
 from compactlog.cleaner.throttle import SharedThrottle
+
+import compactlog
 
 
 class FakeTime:
