@@ -76,14 +76,16 @@ class Metrics:
         self._known: dict[str, LogRef] = {}
         self._subscribers: dict[str, set[str]] = {}
 
-    def observe_facts(self, facts: LogFacts) -> None:
+    def observe_facts(self, facts: LogFacts, *, failing: bool = False) -> None:
         labels = (facts.ref.name, facts.ref.path)
         self._known[facts.ref.path] = facts.ref
         self.dirty_ratio.labels(*labels).set(facts.dirty_ratio)
         self.log_bytes.labels(*labels).set(facts.total_bytes)
         self.dirty_bytes.labels(*labels).set(facts.dirty_bytes)
         self.segments.labels(*labels).set(facts.segments)
-        self.uncleanable.labels(*labels).set(1 if facts.uncleanable or facts.error else 0)
+        self.uncleanable.labels(*labels).set(
+            1 if facts.uncleanable or facts.error or failing else 0
+        )
         previous = self._subscribers.get(facts.ref.path, set())
         for gone in previous - set(facts.subscriber_lag):
             self._remove(self.subscriber_lag, (*labels, gone))

@@ -200,7 +200,8 @@ class Cleaner:
                     f"cannot read {ref.name}: {facts.error}",
                     extra={"event": "probe_error", "log": ref.name, "error": facts.error},
                 )
-        self.metrics.observe_facts(facts)
+            failing = status.failures > 0
+        self.metrics.observe_facts(facts, failing=failing)
         return facts
 
     @staticmethod
@@ -284,6 +285,8 @@ class Cleaner:
                 if outcome.status == "uncleanable":
                     status.last_error = outcome.reason
                     self.errors += 1
+                    if status.facts is not None:  # compact_log just marked it in meta
+                        status.facts.uncleanable = outcome.reason
                 if outcome.status == "cleaned":
                     status.last_clean_at = now
             self._idle.notify_all()
