@@ -192,3 +192,35 @@ def test_health_endpoints_and_metrics(tmp_path):
     finally:
         server.stop()
     assert server.address == "127.0.0.1"  # binds loopback unless told otherwise
+
+
+def test_the_schedule_has_an_interval_round_and_the_cron_windows_without_overlap(tmp_path):
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+    from compactlog.cleaner.scheduler import build_scheduler
+
+    (tmp_path / "root").mkdir()
+    cleaner = cleaner_for(
+        tmp_path,
+        interval_seconds=5,
+        misfire_grace_seconds=7,
+        forced_cron="0 3 * * *",
+        retention_cron="15 * * * *",
+    )
+    scheduler = build_scheduler(cleaner, cleaner.config)
+    scheduler.start(paused=True)
+    try:
+        jobs = {job.id: job for job in scheduler.get_jobs()}
+        assert set(jobs) == {"clean", "forced", "retention"}
+        assert isinstance(jobs["clean"].trigger, IntervalTrigger)
+        assert jobs["clean"].trigger.interval.total_seconds() == 5
+        assert isinstance(jobs["forced"].trigger, CronTrigger)
+        assert jobs["forced"].kwargs == {"force": True}
+        assert jobs["retention"].kwargs == {"retention_only": True}
+        for job in jobs.values():
+            assert job.coalesce is True and job.max_instances == 1
+            assert job.misfire_grace_time == 7
+        assert scheduler._executors["default"]._pool._max_workers == 1  # rounds never overlap
+    finally:
+        scheduler.shutdown(wait=False)
+        cleaner.close()
