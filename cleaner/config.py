@@ -422,6 +422,12 @@ def check_usable(config: ServiceConfig) -> None:
         raise CleanerConfigError(
             "roots", "no root and no log configured: nothing to clean", source=config.source
         )
+    if not config.roots and not config.state_file:
+        raise CleanerConfigError(
+            "state_file",
+            "needed when only explicit logs are configured (it goes in the first root otherwise)",
+            source=config.source,
+        )
     for root in config.roots:
         if not os.path.isdir(root):
             raise CleanerConfigError("roots", f"{root} is not a directory", source=config.source)

@@ -105,8 +105,10 @@ def probe(ref: LogRef, now_ms: int) -> LogFacts:
             mtimes.append(st.st_mtime_ns // 1_000_000)
         checkpoints = list_checkpoints(directory)
         head = read_head_file(os.path.join(directory, filenames.WRITER_LOCK))
-    except (CompactLogError, OSError, ValueError) as error:
-        facts.error = str(error)
+    except (CompactLogError, OSError, ValueError, TypeError, KeyError) as error:
+        facts.error = (
+            f"{type(error).__name__}: {error}" if isinstance(error, KeyError) else str(error)
+        )
         return facts
     config = meta.config
     facts.config = config

@@ -33,6 +33,8 @@ from .throttle import SharedThrottle
 
 logger = logging.getLogger("compactlog.cleaner")
 
+PROGRESS_SAVE_SECONDS = 1.0  # how often a running pass refreshes the state file
+
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -70,7 +72,7 @@ class LogStatus:
             "last_error": self.last_error,
             "last_clean_at": self.last_clean_at,
             "last_pass": self.last_outcome,
-            "running": self.running,
+            "running": dict(self.running) if self.running else None,
         }
 
 
@@ -223,7 +225,12 @@ class Cleaner:
             return None
         ref = candidate.facts.ref
         status = self.logs.get(ref.path)
-        running = {"started_at": time.time(), "reasons": list(candidate.reasons), "bytes": 0}
+        running: dict[str, Any] = {
+            "started_at": time.time(),
+            "reasons": list(candidate.reasons),
+            "bytes": 0,
+            "planned": None,
+        }
         with self._lock:
             self.running += 1
             self.queued = max(0, self.queued - 1)
@@ -237,10 +244,15 @@ class Cleaner:
             extra={"event": "pass_start", "log": ref.name, "reasons": list(candidate.reasons)},
         )
 
+        last_saved = [time.monotonic()]
+
         def progress(done: int, planned: int = 0) -> None:
             running["bytes"] = done
             if planned:
                 running["planned"] = planned
+            if time.monotonic() - last_saved[0] >= PROGRESS_SAVE_SECONDS:
+                last_saved[0] = time.monotonic()
+                self.save_state()  # so `compactlog cleaner status` shows a long pass moving
 
         throttler = self.throttle.for_pass(progress)
         try:

@@ -194,3 +194,12 @@ def test_the_console_script_checks_a_config(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "configuration OK" in done.stdout
+
+
+def test_explicit_logs_without_a_root_need_a_state_file(tmp_path):
+    with pytest.raises(CleanerConfigError, match="state_file"):
+        load_config(parse_args(["--log", str(tmp_path)]), environ={})
+    config = load_config(
+        parse_args(["--log", str(tmp_path), "--state-file", str(tmp_path / "s.json")]), environ={}
+    )
+    assert config.state_path == str(tmp_path / "s.json")

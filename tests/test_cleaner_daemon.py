@@ -365,7 +365,12 @@ def test_sigterm_mid_pass_aborts_it_within_the_grace_period(tmp_path):
     daemon = Daemon(tmp_path, *fast(root, "--io-rate", "30KB", "--grace", "20"))
     try:
         daemon.wait_event(lambda e: e.get("event") == "pass_start")
-        time.sleep(0.3)
+        # the state file (what `compactlog cleaner status` reads) shows the pass moving
+        wait_for(
+            lambda: (state(root)["logs"][str(root / "big")].get("running") or {}).get("bytes"),
+            "a running pass with progress in the state file",
+            proc=daemon.proc,
+        )
         daemon.proc.send_signal(signal.SIGTERM)
         assert daemon.wait() == 0
         appended = writer.stop()
@@ -387,7 +392,7 @@ def test_kill_9_mid_pass_loses_nothing_and_the_next_start_cleans_up(tmp_path):
     root = tmp_path / "root"
     fill(root / "big", 3000)
     writer = Writer(root / "big")
-    daemon = Daemon(tmp_path, *fast(root, "--io-rate", "150KB"))
+    daemon = Daemon(tmp_path, *fast(root, "--io-rate", "300KB"))
     try:
         # a rewrite in progress: the pass is past its map and writing segments
         wait_for(
