@@ -133,6 +133,8 @@ class Cleaner:
             self.queued = 0
             self.metrics.queue.set(0)
             self.last_round_at = time.time()
+            if self.phase == "running":
+                self.phase = "idle"  # not when stopping: shutdown owns the phase then
         self.metrics.rounds.inc()
         self.save_state()
         cleaned = sum(1 for o in outcomes if o.status == "cleaned")
