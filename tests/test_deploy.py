@@ -140,7 +140,7 @@ def test_spark_runs_in_the_foreground_from_pip_pyspark():
     worker = [str(p) for p in services["spark-worker"]["command"]]
     home = pyspark_home()
     assert master[0] == worker[0] == "spark-class"
-    assert (home / "bin" / "spark-class").exists()
+    assert os.access(home / "bin" / "spark-class", os.X_OK)
     classes = set()
     for jar in (home / "jars").glob("spark-core_*.jar"):
         with zipfile.ZipFile(jar) as archive:
