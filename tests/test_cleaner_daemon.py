@@ -12,6 +12,7 @@ broken service fails instead of hanging.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -418,3 +419,35 @@ def test_kill_9_mid_pass_loses_nothing_and_the_next_start_cleans_up(tmp_path):
     latest, count = latest_in(root / "big")
     assert latest == model(20, appended_before_restart)
     assert count < 3000 + appended_before_restart
+
+
+def test_once_configured_by_the_environment_runs_one_round_and_reports_bad_logs(tmp_path):
+    root = tmp_path / "root"
+    fill(root / "fine", 400)
+    env = {
+        **os.environ,
+        "COMPACTLOG_CLEANER_ROOTS": str(root),
+        "COMPACTLOG_CLEANER_METRICS_ENABLED": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "compactlog.cleaner", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stderr  # a container's settings: no flags at all
+    assert "Cleaner cleaned fine" in done.stderr
+    assert state(root)["phase"] == "stopped"
+    fill(root / "broken", 400)
+    victim = segment_files(root / "broken")[1]
+    flip_bit(victim, batch_positions(victim)[0][0] + 40)
+    done = subprocess.run(
+        [sys.executable, "-m", "compactlog.cleaner", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 1  # cron sees that a log needs attention
+    assert "broken is uncleanable" in done.stderr and "compactlog repair" in done.stderr
