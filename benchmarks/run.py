@@ -3,8 +3,9 @@
     python -m benchmarks.run            # full run (a few minutes on 2 cores)
     python -m benchmarks.run --quick    # small smoke run; writes under bench-data/quick
 
-The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``
-and ``bench_subscriber.run()`` are added when those modules exist and return a dict.
+The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
+``bench_subscriber.run()`` and ``bench_cleaner.run()`` are added when those modules exist
+and return a dict.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .common import BENCH_ROOT, REPO_ROOT, Measurement, machine_info, max_rss_by
 OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
+    ("bench_cleaner", lambda sizes: {}),
 )
 
 

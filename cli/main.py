@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "compact": "compactlog.cli.commands_maintenance:compact",
     "retention": "compactlog.cli.commands_maintenance:retention",
     "demo": "compactlog.cli.commands_demo:demo",
+    "cleaner": "compactlog.cli.commands_cleaner:cleaner",
 }
 
 # Usage errors raised inside commands that click did not see as such (ConfigError, ...).

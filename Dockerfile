@@ -1,0 +1,44 @@
+# One image for every service of docker-compose.yml: the cleaner service, and a Spark master
+# and worker whose Python (3.11) matches the drivers' (the official Spark images ship another
+# Python minor). The project is installed from its own wheel, with the `spark` extra.
+
+# -- build the wheel ------------------------------------------------------------------------
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# -- runtime --------------------------------------------------------------------------------
+FROM python:3.11-slim-bookworm
+
+# Java 17 runs Spark (pyspark starts a JVM); procps gives Spark's scripts `ps`.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY --from=build /wheels /wheels
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# the wheel pins nothing but its own lower bounds (pyproject.toml), as a library should
+# hadolint ignore=DL3013
+RUN wheel="$(find /wheels -name 'compactlog-*.whl' | head -n 1)" \
+    && pip install --no-cache-dir "${wheel}[spark]" \
+    && rm -rf /wheels
+
+# pip's pyspark carries Spark itself: spark-class runs the master and the worker
+ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3 \
+    PYTHONUNBUFFERED=1
+ENV PATH="${SPARK_HOME}/bin:${PATH}"
+
+# a non-root user owns the logs volume
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/compactlog \
+        compactlog \
+    && mkdir -p /data/logs \
+    && chown 10001:10001 /data/logs
+USER 10001:10001
+WORKDIR /home/compactlog
+
+EXPOSE 9464
+CMD ["compactlog-cleaner", "--root", "/data/logs"]

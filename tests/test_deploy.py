@@ -1,0 +1,221 @@
+"""Deployment files: ``docker-compose.yml`` and the ``Dockerfile`` it builds.
+
+No Docker engine runs here, so the files are checked against the code instead: every
+service, build context, command (console scripts, their flags, Spark's classes in pip's
+pyspark), port and volume they name exists and agrees with what the service does; the
+compose file is validated by a real Compose implementation (Debian's ``docker-compose``,
+``config -q``) and the Dockerfile linted by ``hadolint`` (from PyPI). In CI (``CI=true``) a
+missing tool is a failure, not a skip: ``.ci/run`` installs ``docker-compose``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from compactlog.cleaner.main import parse_args
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def tool(name: str) -> str:
+    """The path of a command-line tool: missing is a skip on a laptop, a failure in CI."""
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if found is None:
+        message = f"{name} is not installed (CI installs it: see .ci/run and pyproject.toml)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            word, _, rest = stripped.partition(" ")
+            result.append((word.upper(), rest.strip()))
+    return result
+
+
+def pyspark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+# -- the compose file ---------------------------------------------------------------------
+
+
+def test_a_real_compose_implementation_accepts_the_file():
+    docker_compose = tool("docker-compose")
+    done = subprocess.run(
+        [docker_compose, "-f", str(COMPOSE), "config", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    listed = subprocess.run(
+        [docker_compose, "-f", str(COMPOSE), "config", "--services"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert set(listed.stdout.split()) == set(compose()["services"])
+
+
+def test_the_validator_is_real_it_rejects_a_top_level_name(tmp_path):
+    docker_compose = tool("docker-compose")
+    bad = tmp_path / "docker-compose.yml"
+    bad.write_text("name: compactlog\n" + COMPOSE.read_text())
+    done = subprocess.run(
+        [docker_compose, "-f", str(bad), "config", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "name" in done.stderr
+    assert "name" not in compose()  # ours has none
+
+
+def test_the_services_are_the_cleaner_a_spark_master_and_a_worker_from_one_image():
+    services = compose()["services"]
+    assert set(services) == {"cleaner", "spark-master", "spark-worker"}
+    images = {service.get("image") for service in services.values()}
+    assert len(images) == 1  # every service runs the one image
+    for service in services.values():
+        build = service["build"]
+        assert (REPO / build["context"]).resolve() == REPO
+        assert (REPO / build["context"] / build.get("dockerfile", "Dockerfile")) == DOCKERFILE
+
+
+def test_the_cleaner_command_is_the_console_script_with_flags_it_has():
+    cleaner = compose()["services"]["cleaner"]
+    command = [str(part) for part in cleaner["command"]]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert command[0] in scripts
+    assert scripts[command[0]] == "compactlog.cleaner.main:main"
+    args = parse_args(command[1:])  # argparse exits 2 on a flag the service does not have
+    assert args.root == ["/data/logs"]
+    port = args.metrics_port
+    assert args.metrics_address == "0.0.0.0"  # inside the container: reachable through ports
+    assert cleaner["ports"] == [f"127.0.0.1:{port}:{port}"]  # the host sees loopback only
+    health = " ".join(cleaner["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/readyz" in health
+    grace = re.fullmatch(r"(\d+)s", cleaner["stop_grace_period"])
+    assert grace is not None and int(grace.group(1)) > args.grace  # passes abort first
+    for name in cleaner.get("environment", {}):
+        assert name.startswith("COMPACTLOG_CLEANER_")
+        from compactlog.cleaner.config import _ENV, ENV_PREFIX
+
+        assert name.removeprefix(ENV_PREFIX) in _ENV  # a variable the service reads
+
+
+def test_spark_runs_in_the_foreground_from_pip_pyspark():
+    services = compose()["services"]
+    master = [str(p) for p in services["spark-master"]["command"]]
+    worker = [str(p) for p in services["spark-worker"]["command"]]
+    home = pyspark_home()
+    assert master[0] == worker[0] == "spark-class"
+    assert os.access(home / "bin" / "spark-class", os.X_OK)
+    classes = set()
+    for jar in (home / "jars").glob("spark-core_*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            classes.update(archive.namelist())
+    for name in (master[1], worker[1]):
+        assert name.replace(".", "/") + ".class" in classes
+    assert master[1].endswith("master.Master") and worker[1].endswith("worker.Worker")
+    port = master[master.index("--port") + 1]
+    assert worker[-1] == f"spark://spark-master:{port}"
+    assert master[master.index("--host") + 1] == "spark-master"
+    assert "spark-master" in services["spark-worker"]["depends_on"]
+
+
+def test_one_named_volume_of_logs_is_shared_by_every_service_at_the_cleaned_root():
+    document = compose()
+    assert set(document["volumes"]) == {"logs"}
+    for name, service in document["services"].items():
+        assert "logs:/data/logs" in service["volumes"], name
+    assert any(
+        word == "RUN" and "mkdir -p /data/logs" in rest for word, rest in dockerfile_instructions()
+    )
+
+
+def test_published_ports_match_what_the_services_listen_on():
+    services = compose()["services"]
+    master = [str(p) for p in services["spark-master"]["command"]]
+    worker = [str(p) for p in services["spark-worker"]["command"]]
+    published = {
+        name: {int(p.rsplit(":", 1)[1]) for p in service.get("ports", [])}
+        for name, service in services.items()
+    }
+    assert published["spark-master"] == {
+        int(master[master.index("--port") + 1]),
+        int(master[master.index("--webui-port") + 1]),
+    }
+    assert published["spark-worker"] == {int(worker[worker.index("--webui-port") + 1])}
+    for service in services.values():
+        for mapping in service.get("ports", []):
+            assert mapping.startswith("127.0.0.1:")  # nothing listens beyond the host
+
+
+# -- the Dockerfile -----------------------------------------------------------------------
+
+
+def test_hadolint_passes():
+    hadolint = tool("hadolint")
+    done = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_image_is_python_3_11_with_java_17_the_wheel_with_spark_and_a_non_root_user():
+    steps = dockerfile_instructions()
+    bases = [rest.split()[0] for word, rest in steps if word == "FROM"]
+    assert bases and all(b.startswith("python:3.11") for b in bases)
+    runs = " ".join(rest for word, rest in steps if word == "RUN")
+    assert "openjdk-17-jre-headless" in runs
+    assert "pip wheel" in runs and '"${wheel}[spark]"' in runs
+    users = [rest for word, rest in steps if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    env = " ".join(rest for word, rest in steps if word == "ENV")
+    assert "SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark" in env
+    assert "${SPARK_HOME}/bin" in env  # spark-class on PATH for the compose commands
+    command = [rest for word, rest in steps if word == "CMD"][-1]
+    assert '"compactlog-cleaner"' in command
+
+
+def test_the_build_context_holds_what_the_wheel_needs_and_nothing_heavy():
+    ignored = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".git", ".venv"} <= ignored
+    needed = ["pyproject.toml", "setup.py", "README.md", "compactlog", "cli", "cleaner"]
+    for name in needed:
+        assert (REPO / name).exists() and name not in ignored, name
