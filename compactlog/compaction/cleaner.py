@@ -199,7 +199,8 @@ class _GroupWriter:
         self.interval = interval
         self.segments: list[Segment] = []
         self.path = filenames.rewrite_name(segment_path(directory, first))
-        self.fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.fd = -1  # created at the first write: a group left alone never makes a file
+        self.created = False
         self.pending: list[bytes | np.ndarray] = [new_segment_bytes()]
         self.pending_bytes = HEADER_SIZE
         self.size = HEADER_SIZE
@@ -231,6 +232,9 @@ class _GroupWriter:
             self.before_write()
             self.before_write = None
         if self.pending:
+            if not self.created:
+                self.fd = self.fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                self.created = True
             self.fs.write(self.fd, b"".join(self.pending))
             self.written += self.pending_bytes
             self.pending = []
@@ -249,6 +253,8 @@ class _GroupWriter:
         if self.fd >= 0:
             self.fs.close(self.fd)
             self.fd = -1
+        if not self.created:
+            return
         for path in (self.path, filenames.rewrite_name(index_path(self.directory, self.first))):
             try:
                 self.fs.remove(path)
@@ -440,7 +446,7 @@ def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> N
     remove unfinished rewrites: the same as recovery's pass 2, under our cleaner lock."""
     messages = swap.resolve_interrupted_swap(fs, directory)
     for name in sorted(os.listdir(directory)):
-        if filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
+        if name.endswith(".rw") and filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
             fs.remove(os.path.join(directory, name))
             messages.append(f"removed unfinished rewrite {name}")
     if messages:
@@ -489,7 +495,10 @@ def _build_map(
     for seg in segments:
         if seg.next_base <= first_dirty or seg.base >= uncleanable:
             continue
-        for window in _windows(directory, seg.base, stats, throttle, abort, first_dirty):
+        windows = _windows(
+            directory, seg.base, stats, throttle, abort, first_dirty, lambda: offset_map.wanted
+        )
+        for window in windows:
             cols = _Columns(window)
             offsets = cols.offsets
             mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
@@ -517,12 +526,16 @@ def _windows(
     throttle: Throttler,
     abort: Callable[[], bool],
     first_dirty: int,
+    wanted: Callable[[], int],
 ) -> Iterator[list[RecordBatch]]:
     """The batches of a segment holding offsets from ``first_dirty`` on, in windows of
     about :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing and map
-    lookups work on a window at once). Polls ``should_abort`` between batches."""
+    lookups work on a window at once), and of at most about ``wanted()`` records (what the
+    map takes before its next merge: a small map that fills stops reading one window
+    later). Polls ``should_abort`` between batches."""
     window: list[RecordBatch] = []
     records = nbytes = 0
+    limit = min(WINDOW_RECORDS, wanted())
     for batch in _batches(directory, base):
         stats.map_bytes_read += batch.size_bytes
         throttle.account(batch.size_bytes)
@@ -533,10 +546,11 @@ def _windows(
         window.append(batch)
         records += len(batch)
         nbytes += batch.size_bytes
-        if records >= WINDOW_RECORDS or nbytes >= WINDOW_BYTES:
+        if records >= limit or nbytes >= WINDOW_BYTES:
             yield window
             window = []
             records = nbytes = 0
+            limit = min(WINDOW_RECORDS, wanted())
     if window:
         yield window
 
@@ -715,12 +729,13 @@ def _install(
     stats: CleanerStats,
     releaser: _Releaser,
 ) -> None:
-    """Finish a group: swap it in, or drop the rewrite when it changes nothing."""
-    group.finish()
+    """Finish a group: swap it in, or drop the rewrite when it changes nothing (a small
+    one was never written: see ``_GroupWriter.created``)."""
     if len(group.segments) == 1 and not group.changed:
         group.discard()
         stats.groups_unchanged += 1
     else:
+        group.finish()
         group.installing = True
         held = releaser.hold(directory, [s.base for s in group.segments])
         try:
