@@ -446,7 +446,9 @@ def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> N
     remove unfinished rewrites: the same as recovery's pass 2, under our cleaner lock."""
     messages = swap.resolve_interrupted_swap(fs, directory)
     for name in sorted(os.listdir(directory)):
-        if name.endswith(".rw") and filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
+        if not name.endswith(filenames.REWRITE_SUFFIX):
+            continue  # cheap first: the directory holds two names per segment
+        if filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
             fs.remove(os.path.join(directory, name))
             messages.append(f"removed unfinished rewrite {name}")
     if messages:
