@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,7 +75,9 @@ from ..segment import (
 )
 from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
+from .failures import GuardedFS, WriteFailed, public_error, roll_back
 from .offset_map import OffsetMap, key_digests
+from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
@@ -93,7 +95,13 @@ class Aborted(Exception):
 
 
 class Throttler:
-    """Caps read + write bytes per second (Kafka's cleaner throttler): sleeps when ahead."""
+    """Caps read + write bytes per second (Kafka's cleaner throttler): sleeps when ahead.
+
+    Safe to share between threads (one cap for several cleaner workers): the byte count is
+    kept under a lock and each caller sleeps, outside it, until the bytes of all callers
+    fit the rate. ``slept`` sums every caller's sleep; :meth:`slept_here` is the calling
+    thread's own, which a pass reports as its ``throttled_seconds``.
+    """
 
     def __init__(
         self,
@@ -108,15 +116,24 @@ class Throttler:
         self.start = clock()
         self.bytes = 0
         self.slept = 0.0
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def account(self, nbytes: int) -> None:
         if not self.rate:
             return
-        self.bytes += nbytes
-        ahead = self.bytes / self.rate - (self.clock() - self.start)
+        with self._lock:
+            self.bytes += nbytes
+            ahead = self.bytes / self.rate - (self.clock() - self.start)
         if ahead > 0.001:
             self.sleep(ahead)
-            self.slept += ahead
+            with self._lock:
+                self.slept += ahead
+            self._local.slept = self.slept_here() + ahead
+
+    def slept_here(self) -> float:
+        """Seconds the calling thread has slept in :meth:`account`."""
+        return float(getattr(self._local, "slept", 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,16 +295,20 @@ def clean_log(
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
     timestamp_cache: dict[tuple[int, int, int], int | None] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> CleanerStats:
     """One cleaning pass (steps 1-5 of the module docstring). Caller holds the cleaner
-    lock. Raises :class:`CorruptLogError` (nothing changed) on a corrupt batch; an abort
-    returns statistics with ``aborted`` set."""
+    lock. Raises :class:`CorruptLogError` (nothing changed) on a corrupt batch, and
+    :class:`~compactlog.errors.CompactionWriteError` (:class:`~compactlog.errors.DiskFullError`
+    for ``ENOSPC``) after rolling back when a write fails (``failures.py``); an abort
+    returns statistics with ``aborted`` set. ``progress`` gets
+    :class:`~.progress.CompactionProgress` events (``progress.py``)."""
     started = time.perf_counter()
     stats = CleanerStats(forced=force, now_ms=now)
     try:
         return _clean(
             directory,
-            fs,
+            GuardedFS(fs),
             config,
             stats,
             started,
@@ -297,11 +318,17 @@ def clean_log(
             should_abort,
             throttler,
             timestamp_cache,
+            Meter(progress),
         )
     except Aborted:
         stats.aborted = True
         stats.skipped = "aborted (should_abort)"
         return _done(stats, started)
+    except WriteFailed as failure:
+        error = public_error(failure, fs, directory)
+        error.stats = _done(stats, started)
+        stats.skipped = str(error)
+        raise error from failure.error
 
 
 def _clean(
@@ -316,8 +343,10 @@ def _clean(
     should_abort: Callable[[], bool] | None,
     throttler: Throttler | None,
     timestamp_cache: dict[tuple[int, int, int], int | None] | None,
+    meter: Meter,
 ) -> CleanerStats:
     throttle = throttler or Throttler(config.cleaner_io_bytes_per_second)
+    slept_before = throttle.slept_here()
     abort = should_abort or (lambda: False)
     _resolve_leftovers(fs, directory, stats)
     state = read_cleaner_state(directory)
@@ -366,6 +395,7 @@ def _clean(
     verified: set[int] = set()
     map_end = first_dirty
     if has_head:
+        meter.start("map", dirty_bytes)
         map_end = _build_map(
             directory,
             segments,
@@ -376,7 +406,9 @@ def _clean(
             throttle,
             abort,
             verified,
+            meter,
         )
+        meter.finish()
     stats.map_seconds = time.perf_counter() - started
     stats.map_entries = len(offset_map)
     stats.map_full = offset_map.full
@@ -385,21 +417,27 @@ def _clean(
     if not to_clean:
         stats.skipped = "nothing to clean below the first uncleanable offset"
         return _done(stats, started)
-    for seg in to_clean:
-        if seg.base in verified:
-            continue
+    unverified = [s for s in to_clean if s.base not in verified]
+    if unverified:
+        meter.start("verify", sum(s.size for s in unverified))
+    for seg in unverified:
         with SegmentReader(directory, seg.base, last_segment=False) as reader:
             for _pos, header in reader.headers(HEADER_SIZE):
                 stats.verify_bytes_read += header.length
                 throttle.account(header.length)
+                meter.add(header.length)
             if abort():
                 raise Aborted
+    if unverified:
+        meter.finish()
     # -- 4. rewrite ----------------------------------------------------------------------
     clean_start = time.perf_counter()
     marks = _Marks(state.tombstone_marks, now)
     context = _Context(
         config, offset_map, marks, now, first_dirty, map_end, log_start, stats, throttle, abort
     )
+    context.meter = meter
+    meter.start("rewrite", sum(s.size for s in to_clean))
     span = map_end - first_dirty
     if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
         context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
@@ -422,14 +460,19 @@ def _clean(
         if group is not None:
             _install(fs, directory, group, stats, releaser)
             group = None
+    except WriteFailed as failure:
+        if group is not None:
+            roll_back(fs, directory, group, failure)
+        raise
     except BaseException:
         if group is not None and not group.installing:
             group.discard()
         raise
     finally:
         releaser.wait()
+    meter.finish()
     stats.clean_seconds = time.perf_counter() - clean_start
-    stats.throttled_seconds = throttle.slept
+    stats.throttled_seconds = throttle.slept_here() - slept_before
     # -- 5. checkpoint -------------------------------------------------------------------
     retention_ms = config.delete_retention_ms
     kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
@@ -492,13 +535,21 @@ def _build_map(
     throttle: Throttler,
     abort: Callable[[], bool],
     verified: set[int],
+    meter: Meter,
 ) -> int:
     """Step 2: feed the head to the map; returns the offset where the map ends."""
     for seg in segments:
         if seg.next_base <= first_dirty or seg.base >= uncleanable:
             continue
         windows = _windows(
-            directory, seg.base, stats, throttle, abort, first_dirty, lambda: offset_map.wanted
+            directory,
+            seg.base,
+            stats,
+            throttle,
+            abort,
+            first_dirty,
+            lambda: offset_map.wanted,
+            meter,
         )
         for window in windows:
             cols = _Columns(window)
@@ -529,6 +580,7 @@ def _windows(
     abort: Callable[[], bool],
     first_dirty: int,
     wanted: Callable[[], int],
+    meter: Meter,
 ) -> Iterator[list[RecordBatch]]:
     """The batches of a segment holding offsets from ``first_dirty`` on, in windows of
     about :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing and map
@@ -541,6 +593,7 @@ def _windows(
     for batch in _batches(directory, base):
         stats.map_bytes_read += batch.size_bytes
         throttle.account(batch.size_bytes)
+        meter.add(batch.size_bytes)
         if batch.next_offset <= first_dirty:
             continue
         if abort():
@@ -603,6 +656,7 @@ class _Context:
     abort: Callable[[], bool]
     head_tombstones: int = 0
     latest_bits: np.ndarray | None = None  # OffsetMap.latest_bits(first_dirty, map_end)
+    meter: Meter = field(default_factory=lambda: Meter(None))  # rewrite progress
 
     def __post_init__(self) -> None:
         self.codec = CODECS[self.config.compression]
@@ -621,6 +675,7 @@ def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Cont
             size = batch.size_bytes
             ctx.stats.bytes_read += size
             ctx.throttle.account(size)
+            ctx.meter.add(size)
             window.append(batch)
             records += len(batch)
             nbytes += size
