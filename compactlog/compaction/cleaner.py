@@ -15,7 +15,10 @@ One pass, in order:
    ``max_compaction_lag_ms``, or when tombstones may have expired.
 2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
    digest). When it fills, it stops at the first record that did not fit: that offset
-   ``e`` is where the cleaner point moves; otherwise ``e = u``.
+   ``e`` is where the cleaner point moves; otherwise ``e = u``. Reading stops about one
+   window after the map fills (the map stages about the room it has left, and the head
+   is read in windows no longer than the stage still takes), so a small map over a long
+   head reads about what it covers, not the whole head.
 3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
    not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
 4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
