@@ -251,3 +251,32 @@ def test_a_corrupt_batch_still_marks_the_log_uncleanable_and_a_full_disk_does_no
         assert not log.reload_meta().uncleanable
         stats = log.compact(force=True)
         assert stats.cleaned and not stats.uncleanable
+
+
+def test_a_read_that_fails_raises_a_compaction_error_and_changes_nothing(tmp_path, monkeypatch):
+    """Reads do not go through the I/O seam: the segment reader is made to fail instead."""
+    from compactlog.compaction import cleaner
+    from compactlog.errors import CompactionError
+
+    model = Model()
+    with _open(tmp_path / "log", FileSystem()) as log:
+        _fill(log, model)
+        before = list_segments(log.directory)
+        real = cleaner._batches
+
+        def failing(directory, base):
+            raise OSError(errno.EIO, "Input/output error", cleaner.segment_path(directory, base))
+            yield from real(directory, base)
+
+        monkeypatch.setattr(cleaner, "_batches", failing)
+        with pytest.raises(CompactionError) as caught:
+            log.compact(force=True)
+        monkeypatch.setattr(cleaner, "_batches", real)
+        error = caught.value
+        assert not isinstance(error, OSError) and error.operation == "read"
+        assert error.errno == errno.EIO and error.path.endswith(".log")
+        assert list_segments(log.directory) == before and rewrite_files(tmp_path / "log") == []
+        assert not log.reload_meta().uncleanable
+        check_log(log, model)
+        _compact_until_stable(log)
+        check_log(log, model)

@@ -78,7 +78,7 @@ from ..segment import (
 )
 from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
-from .failures import GuardedFS, WriteFailed, public_error, roll_back
+from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
 from .offset_map import OffsetMap, key_digests
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
@@ -332,6 +332,11 @@ def clean_log(
         error.stats = _done(stats, started)
         stats.skipped = str(error)
         raise error from failure.error
+    except OSError as failure:  # a read (writes all raise WriteFailed): nothing to undo
+        error = read_error(failure, directory)
+        error.stats = _done(stats, started)
+        stats.skipped = str(error)
+        raise error from failure
 
 
 def _clean(

@@ -8,7 +8,8 @@ which file). The cleaner then rolls back (:func:`roll_back`) and raises the publ
 ``EDQUOT``, :class:`~compactlog.errors.CompactionWriteError` otherwise; never a bare
 ``OSError``. Such a failure does not mark the log uncleanable: its cause (a full disk, a
 permission, a failing device) is outside the log, and a later pass succeeds once it is
-gone. A corrupt batch still marks it (``compact_log``).
+gone. A corrupt batch still marks it (``compact_log``). A read that fails (``EIO`` on a
+segment) raises :class:`~compactlog.errors.CompactionError` (:func:`read_error`).
 """
 
 from __future__ import annotations
@@ -207,4 +208,17 @@ def public_error(failure: WriteFailed, fs: FileSystem, directory: str) -> Compac
         )
     return CompactionWriteError(
         f"{what}; {after}", path=failure.path, errno=code, operation=failure.operation
+    )
+
+
+def read_error(error: OSError, directory: str) -> CompactionError:
+    """A read of the pass failed (``EIO`` on a segment, a file that vanished): the group in
+    progress was removed and nothing else had changed for it."""
+    reason = error.strerror or str(error)
+    return CompactionError(
+        f"compaction could not read ({reason}, errno {error.errno}); the group in progress "
+        "was removed, the log is readable and writable and its cleaner point did not move",
+        path=error.filename if isinstance(error.filename, str) else directory,
+        errno=error.errno,
+        operation="read",
     )
