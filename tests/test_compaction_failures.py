@@ -14,6 +14,7 @@ cleans it.
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import pytest
@@ -105,13 +106,17 @@ CASES = {
 }
 
 
-def _fill(log, model: Model, rounds: int = 12, keys: int = 25) -> None:
+def _fill(log, model: Model, rounds: int = 12, keys: int = 25, unique: bool = False) -> None:
+    """``rounds`` updates of ``keys`` keys (every 11th a tombstone); ``unique``: one key per
+    round written only then (its record is never superseded: losing it shows)."""
     n = 0
     for r in range(rounds):
         for k in range(keys):
             n += 1
             value = None if n % 11 == 0 else (b"%d-%d" % (r, k)).ljust(24, b".")
             model.append(log, b"key%03d" % k, value)
+        if unique:
+            model.append(log, b"only-%d-%d" % (log.end_offset, r), b"once")
     log.flush()
 
 
@@ -277,6 +282,70 @@ def test_a_read_that_fails_raises_a_compaction_error_and_changes_nothing(tmp_pat
         assert error.errno == errno.EIO and error.path.endswith(".log")
         assert list_segments(log.directory) == before and rewrite_files(tmp_path / "log") == []
         assert not log.reload_meta().uncleanable
+        check_log(log, model)
+        _compact_until_stable(log)
+        check_log(log, model)
+
+
+UNDO_KILLER = r"""
+import errno, os, signal, sys
+import compactlog
+from compactlog import swap
+from compactlog.fsio import FileSystem
+
+point = sys.argv[2]
+
+class FailThenDie(FileSystem):
+    # the swap's rename of the .log.rw fails (EIO), so the pass undoes the swap; the
+    # process then dies by SIGKILL at the chosen step of the undo
+    def rename(self, source, target):
+        if source.endswith(".log.rw"):
+            raise OSError(errno.EIO, "injected", source)
+        super().rename(source, target)
+
+    def remove(self, path):
+        if point == "before-intent-removal" and path.endswith(swap.SWAP_INTENT):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if point == "before-rw-removal" and path.endswith(".log.rw"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().remove(path)
+
+log = compactlog.open(sys.argv[1], _fs=FailThenDie())
+log.compact(force=True)
+sys.exit(3)  # not reached: the undo dies first
+"""
+
+
+@pytest.mark.parametrize("point", ["before-intent-removal", "before-rw-removal"])
+def test_kill_9_during_the_undo_of_a_failed_swap_loses_nothing(tmp_path, point):
+    """A real ``kill -9`` at each step of the undo (``swap.resolve_interrupted_swap``): the
+    reopened log holds every record, whichever step the cleaner died at."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = Model()
+    path = tmp_path / "log"
+    with _open(path, FileSystem()) as log:
+        _fill(log, model, unique=True)
+        log.compact(force=True)  # small cleaned segments: the next pass groups several
+        _fill(log, model)
+    repo = Path(__file__).resolve().parents[1]
+    child = subprocess.run(
+        [sys.executable, "-c", UNDO_KILLER, str(path), point],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    if point == "before-intent-removal":
+        with open(os.path.join(path, swap.SWAP_INTENT)) as handle:
+            assert json.load(handle)["others"], "the undone group must span several segments"
+    with _open(path, FileSystem()) as log:
+        assert rewrite_files(path) == []
+        assert not os.path.exists(os.path.join(path, swap.SWAP_INTENT))
         check_log(log, model)
         _compact_until_stable(log)
         check_log(log, model)
