@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_compaction                  # 10,000,000 records
     python -m benchmarks.bench_compaction --records 1000000
+    python -m benchmarks.bench_compaction --partial-only     # issue 8's partial passes
 
 Workload (issue 4): ``records`` records, 16-byte keys over ``records // 10`` distinct keys
 (uniformly drawn), 100-byte values, 5% tombstones, appended with ``append_batch`` in
@@ -15,6 +16,13 @@ Nothing traces allocations during the timed passes (``tracemalloc`` slowed them 
 ``compaction_cpu_seconds`` is the child's CPU time. The output is checked against a model
 (the last record of each key): the latest value of every live key is present, every
 deleted key reads as deleted, offsets ascend.
+
+Partial passes (issue 8, :func:`run_partial`, reported under ``partial``): 20,000 records
+(10-byte keys over 5,000 distinct keys, 64-byte values, appended 10 at a time) in 2 KiB
+segments, compacted with ``cleaner_buffer_bytes=4096`` (a map of 170 keys: over a hundred
+passes) until the cleaner point reaches the active segment. It measures the fixed cost a
+pass pays per segment and how much of the head a pass reads for its map
+(``map_bytes_read``), which used to be the whole head.
 
 The same job without compactlog: an SQLite table ``latest(k BLOB PRIMARY KEY, v BLOB)``
 fed with ``INSERT OR REPLACE`` in transactions of 10,000 rows (WAL, ``synchronous=NORMAL``),
@@ -190,6 +198,16 @@ def sqlite_latest(path: Path, ids: np.ndarray, table: np.ndarray, tombstones: np
     return time.perf_counter() - started
 
 
+def _flat(document: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    pairs: list[tuple[str, Any]] = []
+    for name, value in document.items():
+        if isinstance(value, dict):
+            pairs.extend(_flat(value, f"{prefix}{name}."))
+        else:
+            pairs.append((f"{prefix}{name}", value))
+    return pairs
+
+
 def run(records: int = 10_000_000, *, sqlite: bool = True, root: Path | None = None) -> dict:
     """Build, compact, check and compare; returns the figures as a dict."""
     base = Path(tempfile.mkdtemp(prefix="bench-compaction-", dir=root))
@@ -235,6 +253,7 @@ def run(records: int = 10_000_000, *, sqlite: bool = True, root: Path | None = N
             "append_seconds": append_s,
             "append_records_per_s": records / append_s,
             **checked,
+            "partial": run_partial(root),
         }
         if sqlite:
             sqlite_s = sqlite_latest(base / "latest.sqlite", ids, table, tombstones)
@@ -249,17 +268,104 @@ def run(records: int = 10_000_000, *, sqlite: bool = True, root: Path | None = N
         shutil.rmtree(base, ignore_errors=True)
 
 
+PARTIAL_RECORDS = 20_000
+PARTIAL_KEYS = 5_000
+PARTIAL_SEGMENT_BYTES = 2048
+PARTIAL_BUFFER_BYTES = 4096
+
+_PARTIAL_CHILD = r"""
+import json, sys, time
+import compactlog
+import compactlog.compaction
+
+log = compactlog.open(sys.argv[1])
+passes = map_read = read = 0
+started = time.perf_counter()
+while True:
+    st = log.compact(force=True)
+    passes += 1
+    map_read += st.map_bytes_read
+    read += st.bytes_read + st.map_bytes_read + st.verify_bytes_read
+    if passes == 1:
+        first = {"map_bytes_read": st.map_bytes_read, "dirty_bytes": st.dirty_bytes}
+    if not st.cleaned or st.new_first_dirty_offset >= st.first_uncleanable_offset:
+        break
+elapsed = time.perf_counter() - started
+log.close()
+print(json.dumps({"elapsed": elapsed, "passes": passes, "map_bytes_read": map_read,
+                  "bytes_read": read, "first_pass": first}))
+"""
+
+
+def run_partial(root: Path | None = None) -> dict[str, Any]:
+    """Compact issue 8's many-small-segments log to a stable state (see the module
+    docstring); the compaction runs in a child process, as in :func:`run`."""
+    import compactlog
+
+    base = Path(tempfile.mkdtemp(prefix="bench-partial-", dir=root))
+    try:
+        path = base / "log"
+        with compactlog.open(
+            path,
+            segment_bytes=PARTIAL_SEGMENT_BYTES,
+            cleaner_buffer_bytes=PARTIAL_BUFFER_BYTES,
+            sync="os",
+            segment_ms=None,
+            retention_ms=None,
+        ) as log:
+            for lo in range(0, PARTIAL_RECORDS, 10):
+                log.append_batch(
+                    [(b"key-%06d" % (i % PARTIAL_KEYS), b"v" * 64) for i in range(lo, lo + 10)]
+                )
+        segments = len(list(path.glob("*.log")))
+        out = subprocess.run(
+            [sys.executable, "-c", _PARTIAL_CHILD, str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        child = json.loads(out.stdout.strip().splitlines()[-1])
+        with compactlog.open(path, read_only=True) as log:
+            from compactlog.latest import latest_dict
+
+            live = latest_dict(log)
+        expected = {b"key-%06d" % k: b"v" * 64 for k in range(PARTIAL_KEYS)}
+        if live != expected:
+            raise AssertionError("partial passes: the latest state differs from the model")
+        return {
+            "records": PARTIAL_RECORDS,
+            "segments_before": segments,
+            "segments_after": len(list(path.glob("*.log"))),
+            "passes": child["passes"],
+            "seconds_to_stable": child["elapsed"],
+            "ms_per_pass": 1000 * child["elapsed"] / child["passes"],
+            "map_bytes_read_total": child["map_bytes_read"],
+            "bytes_read_total": child["bytes_read"],
+            "first_pass_map_bytes_read": child["first_pass"]["map_bytes_read"],
+            "first_pass_dirty_bytes": child["first_pass"]["dirty_bytes"],
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument(
+        "--partial-only", action="store_true", help="only the partial-passes workload"
+    )
     args = parser.parse_args(argv)
-    result = run(args.records, sqlite=not args.no_sqlite, root=args.dir)
+    if args.partial_only:
+        result = run_partial(args.dir)
+    else:
+        result = run(args.records, sqlite=not args.no_sqlite, root=args.dir)
     width = max(map(len, result))
-    for name, value in result.items():
+    for name, value in _flat(result):
         shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
-        print(f"{name:<{width}}  {shown}")
+        print(f"{name:<{width + 20}}  {shown}")
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -16,6 +15,8 @@ from .common import (
     path_argument,
 )
 from .output import CliError, emit_json, human_bytes, print_fields, to_plain
+from .progress import MODES as PROGRESS_MODES
+from .progress import ProgressDisplay, resolve_mode
 
 
 def _pretty(name: str, value: Any) -> Any:
@@ -39,35 +40,6 @@ def _flatten(document: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return pairs
 
 
-class _Spinner:
-    """A progress spinner with elapsed time, on a terminal only (never in pipes or JSON)."""
-
-    def __init__(self, message: str, enabled: bool) -> None:
-        self.message = message
-        self.enabled = enabled and sys.stderr.isatty()
-        self.progress: Any = None
-
-    def __enter__(self) -> _Spinner:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.progress.start()
-            self.progress.add_task(self.message, total=None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
 @click.command()
 @path_argument
 @click.option(
@@ -76,19 +48,29 @@ class _Spinner:
     help="Clean only if the dirty ratio or max_compaction_lag_ms says so (the cleaner "
     "service's rule); by default the pass runs now.",
 )
+@click.option(
+    "--progress",
+    "progress_mode",
+    type=click.Choice(PROGRESS_MODES),
+    default="auto",
+    show_default=True,
+    help="How to show progress, on stderr: a bar (bytes, rate, ETA), plain lines, one JSON "
+    "object per event, or none. auto: a bar on a terminal, lines otherwise, none with --json.",
+)
 @no_longer_needed_force_option
 @json_option
-def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
+def compact(path: str, if_due: bool, progress_mode: str, force: bool, as_json: bool) -> None:
     """Run one compaction pass now (then retention), and print its statistics.
 
     Never touches the active segment or records younger than min_compaction_lag_ms. Shows
-    a progress spinner on a terminal. Runs beside live writers: the cleaner lock and the
-    swap protocol make that safe (a second cleaner is refused).
+    its progress on stderr (see --progress). Runs beside live writers: the cleaner lock and
+    the swap protocol make that safe (a second cleaner is refused).
 
     \b
     Examples:
       compactlog compact ./demo-data/log
       compactlog compact ./demo-data/log --if-due --json
+      compactlog compact ./demo-data/log --json --progress json 2>progress.jsonl
     """
     import time
 
@@ -102,8 +84,8 @@ def compact(path: str, if_due: bool, force: bool, as_json: bool) -> None:
                 path=directory,
             ) from None
         started = time.monotonic()
-        with _Spinner(f"compacting {directory}", enabled=not as_json):
-            result = log.compact(force=not if_due)
+        with ProgressDisplay(resolve_mode(progress_mode, as_json)) as display:
+            result = log.compact(force=not if_due, progress=display)
         elapsed = time.monotonic() - started
     stats = to_plain(result)
     if as_json:

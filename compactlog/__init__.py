@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from .config import LogConfig
 from .errors import (
+    CompactionError,
+    CompactionWriteError,
     CompactLogError,
     ConfigError,
     CorruptLogError,
+    DiskFullError,
     InvalidRecordError,
     LogClosedError,
     LogLockedError,
@@ -63,8 +66,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FORMAT_VERSION",
     "CompactLogError",
+    "CompactionError",
+    "CompactionWriteError",
     "ConfigError",
     "CorruptLogError",
+    "DiskFullError",
     "InvalidRecordError",
     "Log",
     "LogClosedError",

@@ -94,3 +94,57 @@ class SubscriberBusyError(LogLockedError):
         self.subscriber = subscriber
         self.pid = pid
         super().__init__(message, path=path)
+
+
+class CompactionError(CompactLogError):
+    """A compaction pass stopped on an operating-system error (``errno`` says which).
+
+    The pass rolled back first: no ``.rw`` rewrite is left and no swap is half done (or, if
+    undoing one failed too, its intent file is left for the next pass or open to resolve).
+    The log stays readable and writable, the cleaner point is where it was, and the log is
+    not marked uncleanable (the cause is outside the log: a later pass succeeds once it is
+    gone). ``stats`` is the failed pass's :class:`~compactlog.compaction.CleanerStats`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None,
+        errno: int | None = None,
+        operation: str = "",
+    ) -> None:
+        self.errno = errno
+        self.operation = operation
+        self.stats: object = None
+        super().__init__(message, path=path)
+
+
+class CompactionWriteError(CompactionError):
+    """A compaction pass could not write (``EACCES``, ``EIO``, ``EROFS``...): on a ``.rw``
+    rewrite, its fsync, the swap's intent, renames and removes, or the cleaner checkpoint."""
+
+
+class DiskFullError(CompactionWriteError):
+    """A compaction pass ran out of space (``ENOSPC``, ``EDQUOT``).
+
+    ``needed_bytes``: the input bytes of the group being rewritten (its rewrite needs at
+    most about that much beside the segments it replaces); ``written_bytes``: what the
+    rewrite held when the write failed; ``free_bytes``: free space seen just after.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None,
+        errno: int | None = None,
+        operation: str = "",
+        needed_bytes: int = 0,
+        written_bytes: int = 0,
+        free_bytes: int | None = None,
+    ) -> None:
+        self.needed_bytes = needed_bytes
+        self.written_bytes = written_bytes
+        self.free_bytes = free_bytes
+        super().__init__(message, path=path, errno=errno, operation=operation)

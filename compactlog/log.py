@@ -429,13 +429,22 @@ class Log:
         remove_subscriber(self, name, force=force)
 
     # -- compaction and the latest state -------------------------------------------------
-    def compact(self, force: bool = False, *, now_ms: int | None = None) -> Any:
+    def compact(
+        self,
+        force: bool = False,
+        *,
+        now_ms: int | None = None,
+        progress: Callable[[Any], None] | None = None,
+    ) -> Any:
         """One cleaning pass if due (``force``: regardless of the dirty ratio), then
-        retention. Returns the pass's statistics."""
+        retention. Returns the pass's statistics. ``progress`` is called with
+        ``compactlog.compaction.CompactionProgress`` events (bytes done and planned, per
+        phase); a failed write raises ``CompactionWriteError`` (``DiskFullError``) after
+        rolling back (``docs/compaction.md``)."""
         from .compaction import compact_log
 
         self._writable()
-        return compact_log(self, force=force, now_ms=now_ms)
+        return compact_log(self, force=force, now_ms=now_ms, progress=progress)
 
     def latest(self, as_of: int | None = None) -> Iterator[Record]:
         """The latest non-tombstone record of every key among offsets below ``as_of``."""

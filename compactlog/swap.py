@@ -64,7 +64,21 @@ def _remove_segments(fs: FileSystem, directory: str, bases: list[int]) -> None:
 
 
 def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
-    """Finish or undo a swap that a dead cleaner left (caller holds the cleaner lock)."""
+    """Finish or undo a swap that a dead (or failed) cleaner left (caller holds the cleaner
+    lock).
+
+    The ``.log.rw`` decides: present, the swap had not passed step 3 and is undone; gone,
+    it had and is completed. So an undo must keep the ``.log.rw`` as long as the intent
+    exists (were the ``.log.rw`` gone first, a death or failure before the intent's removal
+    would make the next resolve *complete* the swap and remove segments whose records the
+    old first segment does not hold). The undo, in order:
+
+    1. rebuild the first segment's index from the old segment (step 3 may have renamed the
+       new index over it). Death or failure here: nothing else changed, undo again.
+    2. remove the intent and fsync the directory. Death here: no intent, the ``.rw`` files
+       are strays, removed by the next open or pass.
+    3. remove the ``.rw`` files and fsync the directory.
+    """
     intent_path = os.path.join(directory, SWAP_INTENT)
     try:
         with open(intent_path, "rb") as handle:
@@ -75,24 +89,28 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     others = [int(b) for b in intent["others"]]
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     if os.path.exists(log_rw):
+        # 1.
+        _rebuild_index(fs, directory, first)
+        # 2.
+        fs.remove(intent_path)
+        fs.fsync_dir(directory)
+        # 3.
         for path in (log_rw, filenames.rewrite_name(index_path(directory, first))):
             try:
                 fs.remove(path)
             except FileNotFoundError:
                 pass
-        _rebuild_index(fs, directory, first)
-        message = f"rolled back an interrupted clean of segment {filenames.segment_name(first)}"
-    else:
-        # every one of them: a death between removing a segment and its index left an
-        # orphan index, which must go too
-        _remove_segments(fs, directory, others)
-        message = (
-            f"completed an interrupted clean of segment {filenames.segment_name(first)} "
-            f"(removed {len(others)} replaced segments)"
-        )
+        fs.fsync_dir(directory)
+        return [f"rolled back an interrupted clean of segment {filenames.segment_name(first)}"]
+    # every one of them: a death between removing a segment and its index left an orphan
+    # index, which must go too
+    _remove_segments(fs, directory, others)
     fs.fsync_dir(directory)
     fs.remove(intent_path)
-    return [message]
+    return [
+        f"completed an interrupted clean of segment {filenames.segment_name(first)} "
+        f"(removed {len(others)} replaced segments)"
+    ]
 
 
 def _rebuild_index(fs: FileSystem, directory: str, base: int) -> None:

@@ -12,15 +12,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptLogError
+from ..errors import CompactionError, CompactionWriteError, CorruptLogError, DiskFullError
 from .cleaner import Throttler, clean_log
 from .offset_map import OffsetMap, key_digests
+from .progress import CompactionProgress, ProgressCallback
 from .stats import CleanerStats
 
 if TYPE_CHECKING:
     from ..log import Log
 
-__all__ = ["CleanerStats", "OffsetMap", "Throttler", "compact_log", "key_digests"]
+__all__ = [
+    "CleanerStats",
+    "CompactionError",
+    "CompactionProgress",
+    "CompactionWriteError",
+    "DiskFullError",
+    "OffsetMap",
+    "ProgressCallback",
+    "Throttler",
+    "compact_log",
+    "key_digests",
+]
 
 
 def compact_log(
@@ -30,6 +42,7 @@ def compact_log(
     now_ms: int | None = None,
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
+    progress: ProgressCallback | None = None,
 ) -> CleanerStats:
     """One cleaning pass if due (``force``: whatever the dirty ratio), then retention.
 
@@ -37,6 +50,13 @@ def compact_log(
     :class:`~compactlog.errors.LogLockedError`. A corrupt batch aborts the pass before any
     file changes; the reason is stored as ``meta.uncleanable`` (cleared by ``repair``) and
     returned in ``stats.uncleanable``, and later passes skip the log until then.
+
+    A write that fails (a full disk, a permission, an I/O error) rolls the pass back and
+    raises :class:`~compactlog.errors.CompactionWriteError` (:class:`DiskFullError` for
+    ``ENOSPC``): the log is *not* marked uncleanable, since the cause is outside the log
+    and a later pass succeeds once it is gone; retention does not run after it.
+    ``progress`` is called with :class:`CompactionProgress` events (``progress.py``).
+    ``throttler`` may be shared by passes on several threads.
     """
     now = log.clock() if now_ms is None else now_ms
     with log.cleaner_lock(wait=False):
@@ -61,6 +81,7 @@ def compact_log(
                     should_abort=should_abort,
                     throttler=throttler,
                     timestamp_cache=log._timestamp_cache,
+                    progress=progress,
                 )
             except CorruptLogError as error:
                 reason = f"corrupt batch found while cleaning: {error}"

@@ -15,7 +15,10 @@ One pass, in order:
    ``max_compaction_lag_ms``, or when tombstones may have expired.
 2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
    digest). When it fills, it stops at the first record that did not fit: that offset
-   ``e`` is where the cleaner point moves; otherwise ``e = u``.
+   ``e`` is where the cleaner point moves; otherwise ``e = u``. Reading stops about one
+   window after the map fills (the map stages about the room it has left, and the head
+   is read in windows no longer than the stage still takes), so a small map over a long
+   head reads about what it covers, not the whole head.
 3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
    not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
 4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
@@ -54,7 +57,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,7 +78,9 @@ from ..segment import (
 )
 from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
+from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
 from .offset_map import OffsetMap, key_digests
+from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
@@ -93,7 +98,13 @@ class Aborted(Exception):
 
 
 class Throttler:
-    """Caps read + write bytes per second (Kafka's cleaner throttler): sleeps when ahead."""
+    """Caps read + write bytes per second (Kafka's cleaner throttler): sleeps when ahead.
+
+    Safe to share between threads (one cap for several cleaner workers): the byte count is
+    kept under a lock and each caller sleeps, outside it, until the bytes of all callers
+    fit the rate. ``slept`` sums every caller's sleep; :meth:`slept_here` is the calling
+    thread's own, which a pass reports as its ``throttled_seconds``.
+    """
 
     def __init__(
         self,
@@ -108,15 +119,24 @@ class Throttler:
         self.start = clock()
         self.bytes = 0
         self.slept = 0.0
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def account(self, nbytes: int) -> None:
         if not self.rate:
             return
-        self.bytes += nbytes
-        ahead = self.bytes / self.rate - (self.clock() - self.start)
+        with self._lock:
+            self.bytes += nbytes
+            ahead = self.bytes / self.rate - (self.clock() - self.start)
         if ahead > 0.001:
             self.sleep(ahead)
-            self.slept += ahead
+            with self._lock:
+                self.slept += ahead
+            self._local.slept = self.slept_here() + ahead
+
+    def slept_here(self) -> float:
+        """Seconds the calling thread has slept in :meth:`account`."""
+        return float(getattr(self._local, "slept", 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +219,8 @@ class _GroupWriter:
         self.interval = interval
         self.segments: list[Segment] = []
         self.path = filenames.rewrite_name(segment_path(directory, first))
-        self.fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.fd = -1  # created at the first write: a group left alone never makes a file
+        self.created = False
         self.pending: list[bytes | np.ndarray] = [new_segment_bytes()]
         self.pending_bytes = HEADER_SIZE
         self.size = HEADER_SIZE
@@ -231,6 +252,9 @@ class _GroupWriter:
             self.before_write()
             self.before_write = None
         if self.pending:
+            if not self.created:
+                self.fd = self.fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                self.created = True
             self.fs.write(self.fd, b"".join(self.pending))
             self.written += self.pending_bytes
             self.pending = []
@@ -249,6 +273,8 @@ class _GroupWriter:
         if self.fd >= 0:
             self.fs.close(self.fd)
             self.fd = -1
+        if not self.created:
+            return
         for path in (self.path, filenames.rewrite_name(index_path(self.directory, self.first))):
             try:
                 self.fs.remove(path)
@@ -272,16 +298,20 @@ def clean_log(
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
     timestamp_cache: dict[tuple[int, int, int], int | None] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> CleanerStats:
     """One cleaning pass (steps 1-5 of the module docstring). Caller holds the cleaner
-    lock. Raises :class:`CorruptLogError` (nothing changed) on a corrupt batch; an abort
-    returns statistics with ``aborted`` set."""
+    lock. Raises :class:`CorruptLogError` (nothing changed) on a corrupt batch, and
+    :class:`~compactlog.errors.CompactionWriteError` (:class:`~compactlog.errors.DiskFullError`
+    for ``ENOSPC``) after rolling back when a write fails (``failures.py``); an abort
+    returns statistics with ``aborted`` set. ``progress`` gets
+    :class:`~.progress.CompactionProgress` events (``progress.py``)."""
     started = time.perf_counter()
     stats = CleanerStats(forced=force, now_ms=now)
     try:
         return _clean(
             directory,
-            fs,
+            GuardedFS(fs),
             config,
             stats,
             started,
@@ -291,11 +321,22 @@ def clean_log(
             should_abort,
             throttler,
             timestamp_cache,
+            Meter(progress),
         )
     except Aborted:
         stats.aborted = True
         stats.skipped = "aborted (should_abort)"
         return _done(stats, started)
+    except WriteFailed as failure:
+        error = public_error(failure, fs, directory)
+        error.stats = _done(stats, started)
+        stats.skipped = str(error)
+        raise error from failure.error
+    except OSError as failure:  # a read (writes all raise WriteFailed): nothing to undo
+        error = read_error(failure, directory)
+        error.stats = _done(stats, started)
+        stats.skipped = str(error)
+        raise error from failure
 
 
 def _clean(
@@ -310,8 +351,10 @@ def _clean(
     should_abort: Callable[[], bool] | None,
     throttler: Throttler | None,
     timestamp_cache: dict[tuple[int, int, int], int | None] | None,
+    meter: Meter,
 ) -> CleanerStats:
     throttle = throttler or Throttler(config.cleaner_io_bytes_per_second)
+    slept_before = throttle.slept_here()
     abort = should_abort or (lambda: False)
     _resolve_leftovers(fs, directory, stats)
     state = read_cleaner_state(directory)
@@ -360,6 +403,7 @@ def _clean(
     verified: set[int] = set()
     map_end = first_dirty
     if has_head:
+        meter.start("map", dirty_bytes)
         map_end = _build_map(
             directory,
             segments,
@@ -370,7 +414,9 @@ def _clean(
             throttle,
             abort,
             verified,
+            meter,
         )
+        meter.finish()
     stats.map_seconds = time.perf_counter() - started
     stats.map_entries = len(offset_map)
     stats.map_full = offset_map.full
@@ -379,21 +425,27 @@ def _clean(
     if not to_clean:
         stats.skipped = "nothing to clean below the first uncleanable offset"
         return _done(stats, started)
-    for seg in to_clean:
-        if seg.base in verified:
-            continue
+    unverified = [s for s in to_clean if s.base not in verified]
+    if unverified:
+        meter.start("verify", sum(s.size for s in unverified))
+    for seg in unverified:
         with SegmentReader(directory, seg.base, last_segment=False) as reader:
             for _pos, header in reader.headers(HEADER_SIZE):
                 stats.verify_bytes_read += header.length
                 throttle.account(header.length)
+                meter.add(header.length)
             if abort():
                 raise Aborted
+    if unverified:
+        meter.finish()
     # -- 4. rewrite ----------------------------------------------------------------------
     clean_start = time.perf_counter()
     marks = _Marks(state.tombstone_marks, now)
     context = _Context(
         config, offset_map, marks, now, first_dirty, map_end, log_start, stats, throttle, abort
     )
+    context.meter = meter
+    meter.start("rewrite", sum(s.size for s in to_clean))
     span = map_end - first_dirty
     if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
         context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
@@ -416,14 +468,19 @@ def _clean(
         if group is not None:
             _install(fs, directory, group, stats, releaser)
             group = None
+    except WriteFailed as failure:
+        if group is not None:
+            roll_back(fs, directory, group, failure)
+        raise
     except BaseException:
         if group is not None and not group.installing:
             group.discard()
         raise
     finally:
         releaser.wait()
+    meter.finish()
     stats.clean_seconds = time.perf_counter() - clean_start
-    stats.throttled_seconds = throttle.slept
+    stats.throttled_seconds = throttle.slept_here() - slept_before
     # -- 5. checkpoint -------------------------------------------------------------------
     retention_ms = config.delete_retention_ms
     kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
@@ -440,6 +497,8 @@ def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> N
     remove unfinished rewrites: the same as recovery's pass 2, under our cleaner lock."""
     messages = swap.resolve_interrupted_swap(fs, directory)
     for name in sorted(os.listdir(directory)):
+        if not name.endswith(filenames.REWRITE_SUFFIX):
+            continue  # cheap first: the directory holds two names per segment
         if filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
             fs.remove(os.path.join(directory, name))
             messages.append(f"removed unfinished rewrite {name}")
@@ -484,12 +543,23 @@ def _build_map(
     throttle: Throttler,
     abort: Callable[[], bool],
     verified: set[int],
+    meter: Meter,
 ) -> int:
     """Step 2: feed the head to the map; returns the offset where the map ends."""
     for seg in segments:
         if seg.next_base <= first_dirty or seg.base >= uncleanable:
             continue
-        for window in _windows(directory, seg.base, stats, throttle, abort, first_dirty):
+        windows = _windows(
+            directory,
+            seg.base,
+            stats,
+            throttle,
+            abort,
+            first_dirty,
+            lambda: offset_map.wanted,
+            meter,
+        )
+        for window in windows:
             cols = _Columns(window)
             offsets = cols.offsets
             mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
@@ -517,15 +587,21 @@ def _windows(
     throttle: Throttler,
     abort: Callable[[], bool],
     first_dirty: int,
+    wanted: Callable[[], int],
+    meter: Meter,
 ) -> Iterator[list[RecordBatch]]:
     """The batches of a segment holding offsets from ``first_dirty`` on, in windows of
     about :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing and map
-    lookups work on a window at once). Polls ``should_abort`` between batches."""
+    lookups work on a window at once), and of at most about ``wanted()`` records (what the
+    map takes before its next merge: a small map that fills stops reading one window
+    later). Polls ``should_abort`` between batches."""
     window: list[RecordBatch] = []
     records = nbytes = 0
+    limit = min(WINDOW_RECORDS, wanted())
     for batch in _batches(directory, base):
         stats.map_bytes_read += batch.size_bytes
         throttle.account(batch.size_bytes)
+        meter.add(batch.size_bytes)
         if batch.next_offset <= first_dirty:
             continue
         if abort():
@@ -533,10 +609,11 @@ def _windows(
         window.append(batch)
         records += len(batch)
         nbytes += batch.size_bytes
-        if records >= WINDOW_RECORDS or nbytes >= WINDOW_BYTES:
+        if records >= limit or nbytes >= WINDOW_BYTES:
             yield window
             window = []
             records = nbytes = 0
+            limit = min(WINDOW_RECORDS, wanted())
     if window:
         yield window
 
@@ -587,6 +664,7 @@ class _Context:
     abort: Callable[[], bool]
     head_tombstones: int = 0
     latest_bits: np.ndarray | None = None  # OffsetMap.latest_bits(first_dirty, map_end)
+    meter: Meter = field(default_factory=lambda: Meter(None))  # rewrite progress
 
     def __post_init__(self) -> None:
         self.codec = CODECS[self.config.compression]
@@ -605,6 +683,7 @@ def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Cont
             size = batch.size_bytes
             ctx.stats.bytes_read += size
             ctx.throttle.account(size)
+            ctx.meter.add(size)
             window.append(batch)
             records += len(batch)
             nbytes += size
@@ -715,12 +794,13 @@ def _install(
     stats: CleanerStats,
     releaser: _Releaser,
 ) -> None:
-    """Finish a group: swap it in, or drop the rewrite when it changes nothing."""
-    group.finish()
+    """Finish a group: swap it in, or drop the rewrite when it changes nothing (a small
+    one was never written: see ``_GroupWriter.created``)."""
     if len(group.segments) == 1 and not group.changed:
         group.discard()
         stats.groups_unchanged += 1
     else:
+        group.finish()
         group.installing = True
         held = releaser.hold(directory, [s.base for s in group.segments])
         try:

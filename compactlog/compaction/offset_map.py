@@ -18,7 +18,7 @@ Offset map
     :class:`OffsetMap` keeps, for each digest, the largest offset seen, in three parallel
     numpy arrays sorted by ``(hi, lo)``: exactly 24 bytes per key, at most
     ``cleaner_buffer_bytes // 24`` keys. Inserts are staged (up to :data:`MAX_STAGE`
-    records, at least the room left) and merged in bulk: sort the stage (:func:`sort_order`,
+    records, about the room left) and merged in bulk: sort the stage (:func:`sort_order`,
     stable, so a key's last record is its latest), drop duplicates keeping the latest
     offset, update keys already present in place and merge the new ones in (one pass over
     each array). When a merge would exceed the capacity, only the prefix of the stage (in
@@ -40,7 +40,7 @@ import numpy as np
 
 BYTES_PER_ENTRY = 24
 VECTOR_KEY_BYTES = 64
-MIN_STAGE = 1 << 16
+MIN_STAGE = 64  # below this, a merge's fixed cost (tens of microseconds) dominates
 MAX_STAGE = 1 << 18
 
 _U64 = np.uint64
@@ -231,10 +231,22 @@ class OffsetMap:
 
     # -- inserting ---------------------------------------------------------------------
     def _stage_limit(self) -> int:
-        """Records to stage before a merge: at least :data:`MIN_STAGE`, at least the room
-        left (fewer merges), at most :data:`MAX_STAGE` (bounds the merge's temporaries)."""
+        """Records to stage before a merge: the room left, or half the entries when that is
+        more (a merge costs a pass over the arrays: staging half as many records keeps the
+        cost per record constant while the map is full of keys being updated), at least
+        :data:`MIN_STAGE`, at most :data:`MAX_STAGE` (bounds the merge's temporaries).
+
+        Bounded by the room, not by a fixed minimum: a small map over a long head stops
+        after reading about twice what it covers (issue 8), instead of staging (and
+        reading) a fixed 65,536 records before finding it was full."""
         room = self.capacity - len(self.hi)
         return max(MIN_STAGE, min(MAX_STAGE, max(room, len(self.hi) // 2)))
+
+    @property
+    def wanted(self) -> int:
+        """Records the stage takes before its next merge (at least 1): the cleaner reads
+        windows no longer than this, so a map that fills mid-segment stops reading there."""
+        return max(self._stage_limit() - self._staged, 1)
 
     def put(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> bool:
         """Stage one batch of keys (ascending offsets). False once the map is full: the
