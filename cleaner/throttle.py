@@ -1,7 +1,7 @@
 """One I/O budget shared by every worker (Kafka's ``log.cleaner.io.max.bytes.per.second``).
 
-``compactlog.compaction.Throttler`` is per pass and not thread-safe (its byte count and
-clock start belong to one pass), so the service keeps one token bucket of its own,
+``compactlog.compaction.Throttler`` caps bytes since its creation; the service wants a
+bucket that outlives passes and wakes on SIGTERM, so it keeps one token bucket of its own,
 :class:`SharedThrottle`, and hands each pass a :class:`PassThrottle`: a ``Throttler``
 whose ``account`` charges the shared bucket and counts the pass's own bytes and sleep.
 
@@ -82,3 +82,8 @@ class PassThrottle(Throttler):
         self.slept += self.shared.charge(nbytes)
         if self.progress is not None:
             self.progress(self.bytes)
+
+    def slept_here(self) -> float:
+        """One pass runs on one thread, so the pass's own sleep is all of ``slept``
+        (``compact_log`` reports it as the pass's ``throttled_seconds``)."""
+        return self.slept

@@ -43,6 +43,8 @@ def test_the_shared_budget_holds_every_worker_together_to_the_rate(rate):
     assert fake.now - start == pytest.approx(total / rate, rel=0.01)
     assert sum(p.bytes for p in passes_) == total
     assert sum(p.slept for p in passes_) == pytest.approx(total / rate, rel=0.01)
+    # compact_log reports slept_here() as the pass's throttled_seconds
+    assert [p.slept_here() for p in passes_] == [p.slept for p in passes_]
 
 
 def test_an_unthrottled_budget_never_sleeps():
