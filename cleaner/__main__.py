@@ -1,5 +1,9 @@
-"""``python -m compactlog.cleaner``: the same as the ``compactlog-cleaner`` script."""
+"""``python -m compactlog.cleaner``: the same as the ``compactlog-cleaner`` script.
+
+Guarded so that importing the module (a package walk, a documentation tool) starts nothing.
+"""
 
 from .main import main
 
-main()
+if __name__ == "__main__":
+    main()
