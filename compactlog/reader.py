@@ -54,18 +54,18 @@ def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator
     starts after ``target``; both fall back to the segment's start. A batch starting at or
     before ``target`` is safe: offsets only grow along a file."""
     if position == HEADER_SIZE:
-        yield from reader.batches(position)
+        yield from reader.runs(position)
         return
     from .errors import CorruptLogError
 
     try:
-        iterator = reader.batches(position)
+        iterator = reader.runs(position)
         first = next(iterator, None)
     except CorruptLogError:
-        yield from reader.batches(HEADER_SIZE)
+        yield from reader.runs(HEADER_SIZE)
         return
     if first is not None and first.base_offset > target:
-        yield from reader.batches(HEADER_SIZE)
+        yield from reader.runs(HEADER_SIZE)
         return
     if first is not None:
         yield first

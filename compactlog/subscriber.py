@@ -54,11 +54,21 @@ import numpy as np
 
 from . import filenames
 from .errors import CorruptLogError, LogClosedError, MissingSegmentError, SubscriberError
-from .format import BATCH_HEADER, Record, RecordBatch, check_batch, decode_batch, read_batch_header
+from .format import (
+    BATCH_HEADER,
+    Record,
+    RecordBatch,
+    check_batch,
+    decode_batch,
+    decode_small_run,
+    read_batch_header,
+    scan_small_run,
+)
 from .head import Head, read_head
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
+    RUN_BYTES,
     SegmentReader,
     check_segment_header,
     list_segments,
@@ -628,7 +638,8 @@ class Subscriber:
                 if cursor.base == head.active_base or not self._advance(cursor):
                     break
                 continue
-            batch = self._next_batch(cursor, limit)
+            room_bytes = None if max_bytes is None else max_bytes - size
+            batch = self._next_batch(cursor, limit, max_records - records, room_bytes)
             if batch is None:
                 break
             position = self._position
@@ -707,13 +718,29 @@ class Subscriber:
         # else the file was replaced by a rewrite or removed: look the position up again
         return True
 
-    def _next_batch(self, cursor: _Cursor, limit: int) -> RecordBatch | None:
-        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor."""
+    def _next_batch(
+        self, cursor: _Cursor, limit: int, room: int, room_bytes: int | None
+    ) -> RecordBatch | None:
+        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor; a
+        run of small batches (about ``room`` records, at most ``room_bytes`` bytes) comes
+        back as one batch (``format.decode_small_run``)."""
         offset = cursor.pos - cursor.buf_start
         if not 0 <= offset < len(cursor.buf):
             cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))
             cursor.buf_start = cursor.pos
             offset = 0
+        run = None
+        if room > 1:
+            run_bytes = RUN_BYTES if room_bytes is None else room_bytes
+            run = scan_small_run(cursor.buf, offset, len(cursor.buf), room, run_bytes)
+        if run is not None:
+            try:
+                batch = decode_small_run(cursor.buf, run)
+            except ValueError:
+                return self._next_batch(cursor, limit, 1, None)  # one at a time: says where
+            batch.position = cursor.pos
+            cursor.pos += run.end - offset
+            return batch
         header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
         if header is None and reason.startswith("incomplete"):
             partial, _ = read_batch_header(cursor.buf, offset, 1 << 62)
