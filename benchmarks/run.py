@@ -27,6 +27,7 @@ from .common import BENCH_ROOT, REPO_ROOT, Measurement, machine_info, max_rss_by
 OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
+    ("bench_readback", lambda sizes: {"records": sizes.records}),
 )
 
 
