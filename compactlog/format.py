@@ -725,50 +725,45 @@ def scan_small_run(
     """The run of consecutive small batches starting at ``pos``, or ``None`` when fewer
     than two are there.
 
-    Every batch of the run passes exactly the checks of :func:`check_batch`: its CRC here,
-    one at a time, its header fields afterwards, all at once. The run stops before the
-    first batch that is not small, not whole below ``end``, not valid (left to
-    :func:`check_batch`, which says why), whose offsets do not follow the previous one's,
-    or that would take the run past ``max_bytes`` bytes or ``max_records`` records.
+    Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
+    whole run at once where they can be: the run's batches are found by their lengths
+    (:func:`_walk`), each body's CRC is one ``crc32c`` call, continued over the 48-byte
+    headers for all batches together (:func:`_continue_crc`), and the header fields are
+    checked as columns. The run stops before the first batch that is not small, not whole
+    below ``end``, not valid (left to :func:`check_batch`, which says why), whose offsets
+    do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
+    ``max_records`` records.
     """
-    start = pos
     header_size = BATCH_HEADER.size
     stop = min(end, pos + max_bytes)
-    last = stop - header_size
-    found: list[int] = []
-    append = found.append
-    unpack = _LENGTH_CRC_COUNT.unpack_from
-    view = memoryview(buf)
-    # the per-batch loop: a batch holds at least one record unless it is empty, so at most
-    # max_records batches (cut to max_records records after the loop)
-    for _ in range(max(max_records, 2)):
-        if pos > last:
-            break
-        length, crc, count = unpack(buf, pos)
-        body = pos + header_size
-        following = pos + length
-        if count > SMALL_BATCH_RECORDS or not body <= following <= stop:
-            break
-        if crc32c(view[pos + CRC_START : body], crc32c(view[body:following])) != crc:
-            break
-        append(pos)
-        pos = following
-    if len(found) < 2:
+    # a batch holds at least one record unless it is empty: at most max_records batches
+    # (cut to max_records records below)
+    found, pos = _walk(buf, pos, stop, max(max_records, 2))
+    n = len(found)
+    if n < 2:
         return None
     positions = np.array(found, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
-    spacing = pos - start
-    n = len(found)
-    if spacing % n == 0 and bool((np.diff(positions) == spacing // n).all()):
+    first = found[0]
+    spacing = pos - first
+    if spacing % n == 0 and found[1] - first == spacing // n == found[-1] - found[-2]:
         # one batch length throughout (records of one size): the headers are one strided
-        # column of the run, no gather
-        rows = raw[start:pos].reshape(n, spacing // n)
-        heads = np.ascontiguousarray(rows[:, :header_size]).view(_HEADER_DTYPE).ravel()
+        # column of the run, no gather (_walk found them one length apart)
+        rows = raw[first:pos].reshape(n, spacing // n)
+        block = np.ascontiguousarray(rows[:, :header_size])
     else:
-        heads = raw[positions[:, None] + _HEADER_BYTES].view(_HEADER_DTYPE).ravel()
+        block = raw[positions[:, None] + _HEADER_BYTES]
+    heads = block.view(_HEADER_DTYPE).ravel()
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = positions[1:]
+    ends[-1] = pos
+    view = memoryview(buf)
+    bodies = map(view.__getitem__, map(slice, (positions + header_size).tolist(), ends.tolist()))
+    body_crcs = np.fromiter(map(crc32c, bodies), dtype=np.uint32, count=n)
     count = heads["count"].astype(np.int64)
     bad = (
-        (heads["magic"] != BATCH_MAGIC)
+        (_continue_crc(body_crcs, block[:, CRC_START:]) != heads["crc"])
+        | (heads["magic"] != BATCH_MAGIC)
         | (heads["codec"] > CODEC_ZSTD)
         | ((heads["flags"] & (0xFFFF ^ KNOWN_FLAGS)) != 0)
         | (count > heads["last_delta"].astype(np.int64) + 1)
@@ -779,9 +774,115 @@ def scan_small_run(
         n = int(np.argmax(bad))
         if n < 2:
             return None
-        pos = int(positions[n])
+        pos = found[n]
         positions, heads = positions[:n], heads[:n]
     return SmallRun(positions, heads, pos)
+
+
+_LENGTH_COUNT = struct.Struct("<I16xI")
+_LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
+
+
+def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int]:
+    """Positions of consecutive small batches whose lengths keep them whole below
+    ``stop`` (nothing else is checked here), and where they end.
+
+    Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
+    lengths in a row (single appends of records of one size), the length and count
+    fields of the batches that would follow at that spacing are read as one numpy
+    column and the walk leaps over every one that matches.
+    """
+    found: list[int] = []
+    append = found.append
+    unpack = _LENGTH_COUNT.unpack_from
+    last = stop - BATCH_HEADER.size
+    header_size = BATCH_HEADER.size
+    small = SMALL_BATCH_RECORDS
+    previous = -1
+    same = 0
+    leap_after = _LEAP_AFTER
+    raw: np.ndarray | None = None
+    while pos <= last and len(found) < max_batches:
+        length, count = unpack(buf, pos)
+        following = pos + length
+        if count > small or not pos + header_size <= following <= stop:
+            break
+        append(pos)
+        pos = following
+        if length != previous:
+            previous = length
+            same = 0
+            continue
+        same += 1
+        if same < leap_after:
+            continue
+        same = 0
+        if raw is None:
+            raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
+        rows = min((stop - pos) // length, max_batches - len(found))
+        if rows <= 0:
+            continue
+        block = raw[pos : pos + rows * length].reshape(rows, length)
+        lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
+        counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
+        matching = (lengths == length) & (counts <= small)
+        leap = rows if bool(matching.all()) else int(np.argmin(matching))
+        if leap < leap_after:
+            leap_after *= 2  # lengths only look alike: try less often
+        found.extend(range(pos, pos + leap * length, length))
+        pos += leap * length
+    return found, pos
+
+
+_CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
+
+
+def _crc_tables() -> tuple[np.ndarray, np.ndarray, int]:
+    """Tables of CRC-32C's linearity for 40-byte messages (a batch header's CRC part).
+
+    ``crc32c(m, c) == ~(zero[~c] ^ part[m])`` where ``zero[x]`` is the register after 40
+    zero bytes from register ``x`` and ``part[m]`` the register after ``m`` from 0; both
+    are linear over GF(2), so each is a XOR of per-byte table entries (4 for ``zero``, one
+    per byte position for ``part``). Built once from ``crc32c`` itself.
+    """
+    global _CRC_TABLES
+    if _CRC_TABLES is None:
+        size = BATCH_HEADER.size - CRC_START
+        ones = 0xFFFFFFFF
+        zeros = bytes(size)
+        zero = np.array(
+            [[crc32c(zeros, (v << (8 * j)) ^ ones) ^ ones for v in range(256)] for j in range(4)],
+            dtype=np.uint32,
+        )
+        part = np.zeros((size, 256), dtype=np.uint32)
+        message = bytearray(size)
+        for i in range(size):
+            for v in range(256):
+                message[i] = v
+                part[i, v] = crc32c(bytes(message), ones) ^ ones
+            message[i] = 0
+        _CRC_TABLES = (zero, part, ones)
+    return _CRC_TABLES
+
+
+def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
+    """``crc32c(messages[i], crcs[i])`` for every row of an (n, 40) uint8 array at once.
+
+    Rows of one run differ in few byte positions (offsets, timestamps): the first row's
+    CRC part is computed once and the others are corrected only where they differ."""
+    zero, part, ones = _crc_tables()
+    registers = crcs ^ np.uint32(ones)
+    shifted = (
+        zero[0][registers & 0xFF]
+        ^ zero[1][(registers >> 8) & 0xFF]
+        ^ zero[2][(registers >> 16) & 0xFF]
+        ^ zero[3][registers >> 24]
+    )
+    head = messages[0]
+    acc = np.full(len(messages), crc32c(head.tobytes(), ones) ^ ones, dtype=np.uint32)
+    for i in np.flatnonzero((messages != head).any(axis=0)).tolist():
+        acc ^= part[i][messages[:, i]] ^ part[i][head[i]]
+    return (shifted ^ acc) ^ np.uint32(ones)
 
 
 def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch:

@@ -189,6 +189,51 @@ def test_a_run_stops_before_a_batch_whose_crc_is_wrong():
     assert check_batch(bytes(damaged), run.end, len(damaged)) == (None, "batch CRC mismatch")
 
 
+@pytest.mark.parametrize("damaged_index", [1, 8, 9, 50, 99])
+@pytest.mark.parametrize("field", ["body", "length", "crc", "base_offset"])
+def test_damage_anywhere_in_a_long_run_ends_the_run_there(damaged_index, field):
+    # 100 batches of one length: the walk leaps over most of them with numpy
+    batches = [([(b"k%03d" % i, b"v" * 9, None, 0, 5)], True, CODEC_NONE, 0) for i in range(100)]
+    buf, where = build_segment(batches)
+    damaged = bytearray(buf)
+    pos = where[damaged_index][0]
+    at = {"body": body_position(pos), "length": pos, "crc": pos + 5, "base_offset": pos + 13}
+    damaged[at[field]] ^= 4
+    run = scan_small_run(bytes(damaged), HEADER_SIZE, len(damaged))
+    if damaged_index == 1:
+        assert run is None
+    else:
+        assert run is not None
+        assert run.positions.tolist() == [p for p, _ in where[:damaged_index]]
+        assert run.end == pos
+    assert check_batch(bytes(damaged), pos, len(damaged))[0] is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    crcs=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30),
+    data=st.data(),
+)
+def test_crcs_continued_over_headers_at_once_equal_crc32c(crcs, data):
+    from compactlog.format import _continue_crc
+
+    rows = [data.draw(st.binary(min_size=40, max_size=40)) for _ in crcs]
+    messages = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 40)
+    got = _continue_crc(np.array(crcs, dtype=np.uint32), messages)
+    assert got.tolist() == [crc32c(row, crc) for row, crc in zip(rows, crcs, strict=True)]
+
+
+def test_runs_of_alternating_and_equal_lengths_decode_like_the_columnar_path():
+    records = []
+    for i in range(300):
+        size = 5 if (i // 40) % 2 else 1 + i % 3  # stretches of equal and of varied sizes
+        records.append((b"k%d" % i, b"x" * size, None, 0, 5))
+    buf, _where = build_segment([([r], True, CODEC_NONE, 0) for r in records])
+    decoded = fast(buf, 1 << 20, 1 << 20)
+    assert len(decoded) == 1
+    assert records_of([b for b, _ in decoded]) == records_of(columnar(buf))
+
+
 def test_a_run_stops_before_a_batch_with_a_bad_header_field():
     batches = [([(b"k%d" % i, b"v", None, 0, 5)], True, CODEC_NONE, 0) for i in range(6)]
     buf, where = build_segment(batches)
