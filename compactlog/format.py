@@ -488,6 +488,7 @@ class RecordBatch:
     header_lengths: np.ndarray | None = None
     headers_blob: bytes | memoryview | None = None
     stored_batches: int = 1  # > 1: a run of small stored batches (see decode_small_run)
+    decoded: list[Record] | None = None  # the records, when decoded straight from bytes
 
     def __len__(self) -> int:
         return self.header.count
@@ -532,6 +533,8 @@ class RecordBatch:
         return bytes(self.keys_blob), ends - lengths, ends
 
     def records(self) -> Iterator[Record]:
+        if self.decoded is not None:
+            return iter(self.decoded)
         # built by map() in C: no Python frame (generator step) per record
         offsets = self.offsets.tolist()
         heads = repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
@@ -623,6 +626,26 @@ def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
         body = _zstd_decompress(body, header.body_length)
     if len(body) != header.body_length:
         raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
+    if count == 1:
+        one = _decode_one(body, pos, header)
+        if one is not None:
+            return one
+    return _decode_columns(body, pos, header)
+
+
+def decode_columns(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    """:func:`decode_batch` always through the columnar path (the reference the fast
+    paths are tested against)."""
+    body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
+    if header.codec == CODEC_ZSTD:
+        body = _zstd_decompress(body, header.body_length)
+    if len(body) != header.body_length:
+        raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
+    return _decode_columns(body, pos, header)
+
+
+def _decode_columns(body: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    count = header.count
     cursor = 0
     if header.flags & FLAG_SINGLE_TIMESTAMP:
         timestamps = np.full(count, header.first_ts, dtype=np.int64)
@@ -664,6 +687,62 @@ def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
         values_blob,
         header_lengths,
         headers_blob,
+    )
+
+
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+
+
+def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch | None:
+    """:func:`decode_batch` of a one-record batch (a single append) straight from the
+    bytes with ``struct``: its :class:`Record` is made here (``records()`` returns it) and
+    the columns are one-item arrays. ``None`` for a body the columnar path must judge
+    (negative header length)."""
+    flags = header.flags
+    cursor = 0
+    timestamp = header.first_ts
+    if not flags & FLAG_SINGLE_TIMESTAMP:
+        (timestamp,) = _I64.unpack_from(body, 0)
+        cursor = 8
+    delta = 0
+    if not flags & FLAG_CONTIGUOUS:
+        (delta,) = _U32.unpack_from(body, cursor)
+        cursor += 4
+    key_length, value_length = _TWO_LENGTHS.unpack_from(body, cursor)
+    cursor += 8
+    header_length = -1
+    if flags & FLAG_HEADERS:
+        (header_length,) = _I32.unpack_from(body, cursor)
+        cursor += 4
+        if header_length < 0:
+            return None
+    k = key_length if key_length > 0 else 0
+    v = value_length if value_length > 0 else 0
+    h = header_length if header_length > 0 else 0
+    if cursor + k + v + h != len(body):
+        raise ValueError("column lengths do not add up to the batch body")
+    raw = body if isinstance(body, bytes) else bytes(body)
+    key = raw[cursor : cursor + k] if key_length >= 0 else None
+    cursor += k
+    value = raw[cursor : cursor + v] if value_length >= 0 else None
+    cursor += v
+    headers_blob = raw[cursor : cursor + h] if flags & FLAG_HEADERS else None
+    offset = header.base_offset + delta
+    record = Record(offset, key, value, timestamp, decode_headers(headers_blob) if h else None)
+    return RecordBatch(
+        header,
+        pos,
+        np.array([offset], dtype=np.int64),
+        np.array([timestamp], dtype=np.int64),
+        np.array([key_length], dtype=np.int32),
+        np.array([value_length], dtype=np.int32),
+        key or b"",
+        value or b"",
+        np.array([header_length], dtype=np.int32) if flags & FLAG_HEADERS else None,
+        headers_blob,
+        decoded=[record],
     )
 
 

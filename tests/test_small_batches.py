@@ -31,6 +31,7 @@ from compactlog.format import (
     check_batch,
     crc32c,
     decode_batch,
+    decode_columns,
     decode_small_run,
     encode_batch,
     scan_small_run,
@@ -100,7 +101,7 @@ def columnar(buf: bytes, start: int = HEADER_SIZE) -> list[RecordBatch]:
     while pos < len(buf):
         header, reason = check_batch(buf, pos, len(buf))
         assert header is not None, reason
-        out.append(decode_batch(buf, pos, header))
+        out.append(decode_columns(buf, pos, header))
         pos += header.length
     return out
 
@@ -163,6 +164,28 @@ def test_runs_decode_exactly_what_the_columnar_path_decodes(batches, max_records
             assert len(batch) <= max(max_records, len(covered[0]) + len(covered[1]))
             assert batch.size_bytes <= max(max_bytes, 0) or batch.stored_batches < 2
     assert i == len(reference)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=batch_strategy)
+def test_one_record_batches_decode_straight_from_bytes_as_the_columns_do(batch):
+    records, one_timestamp, codec, slack = batch
+    buf, _where = build_segment([(records[:1], one_timestamp, codec, slack)])
+    header, _reason = check_batch(buf, HEADER_SIZE, len(buf))
+    fast_batch = decode_batch(buf, HEADER_SIZE, header)
+    reference = decode_columns(buf, HEADER_SIZE, header)
+    assert fast_batch.decoded is not None  # the struct path was taken
+    assert list(fast_batch.records()) == list(reference.records())
+    reference.decoded = fast_batch.decoded = None  # now compare the columns themselves
+    assert list(fast_batch.records()) == list(reference.records())
+    assert fast_batch.offsets.tolist() == reference.offsets.tolist()
+    assert fast_batch.timestamps.tolist() == reference.timestamps.tolist()
+    assert fast_batch.key_lengths.tolist() == reference.key_lengths.tolist()
+    assert fast_batch.value_lengths.tolist() == reference.value_lengths.tolist()
+    assert bytes(fast_batch.keys_blob) == bytes(reference.keys_blob)
+    assert bytes(fast_batch.values_blob) == bytes(reference.values_blob)
+    assert fast_batch.headers() == reference.headers()
+    assert (fast_batch.header_lengths is None) == (reference.header_lengths is None)
 
 
 def test_uniform_single_appends_decode_as_one_run():
