@@ -17,7 +17,10 @@ from .segment import HEADER_SIZE, SegmentReader, list_segments, lookup_position,
 
 
 def iter_batches(directory: str, start: int, end: int | None) -> Iterator[RecordBatch]:
-    """Batches holding the offsets in ``[start, end)``, trimmed to that range."""
+    """Batches holding the offsets in ``[start, end)``, trimmed to that range. A run of
+    consecutive small stored batches (single appends) comes back as one batch
+    (:meth:`SegmentReader.runs`): callers work on offsets and columns, never on where
+    stored batches begin."""
     next_offset = start
     while end is None or next_offset < end:
         bases = list_segments(directory)

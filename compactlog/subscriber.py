@@ -466,7 +466,8 @@ class Subscriber:
         self, max_records: int = 1000, max_bytes: int | None = None, timeout_s: float = 0
     ) -> list[RecordBatch]:
         """Like :meth:`poll`, as columnar :class:`RecordBatch` objects (no per-record
-        Python objects); the first and last batch may be cut to the position and limits."""
+        Python objects); the first and last batch may be cut to the position and limits,
+        and a run of small stored batches (single appends) comes back as one batch."""
         _check_limit(max_records, "max_records")
         if max_bytes is not None:
             _check_limit(max_bytes, "max_bytes")
