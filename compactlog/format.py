@@ -777,9 +777,6 @@ _HEADER_DTYPE = np.dtype(
 )
 assert _HEADER_DTYPE.itemsize == BATCH_HEADER.size
 _SIMPLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
-_HEADER_BYTES = np.arange(BATCH_HEADER.size, dtype=np.int64)
-_TWO_INTS = np.arange(8, dtype=np.int64)
-_ONE_INT = np.arange(4, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -831,7 +828,7 @@ def scan_small_run(
         rows = raw[first:pos].reshape(n, spacing // n)
         block = np.ascontiguousarray(rows[:, :header_size])
     else:
-        block = raw[positions[:, None] + _HEADER_BYTES]
+        block = _rows_at(raw, positions, header_size)
     heads = block.view(_HEADER_DTYPE).ravel()
     ends = np.empty(n, dtype=np.int64)
     ends[:-1] = positions[1:]
@@ -1017,20 +1014,18 @@ def _decode_simple(
         (body == heads["length"].astype(np.int64) - header_size).all() and (body >= columns).all()
     ):
         raise ValueError("column lengths do not add up to the batch body")
-    lengths = raw[(positions + header_size)[:, None] + _TWO_INTS].view("<i4")
+    lengths = _rows_at(raw, positions + header_size, 8).view("<i4")
     key_lengths = np.ascontiguousarray(lengths[:, 0])
     value_lengths = np.ascontiguousarray(lengths[:, 1])
     header_lengths = np.zeros(n, dtype=np.int32)
     if any_headers:
         at = positions[has_headers] + header_size + 8
-        header_lengths[has_headers] = raw[at[:, None] + _ONE_INT].view("<i4").ravel()
+        header_lengths[has_headers] = _rows_at(raw, at, 4).view("<i4").ravel()
     klen = np.maximum(key_lengths, 0).astype(np.int64)
     vlen = np.maximum(value_lengths, 0).astype(np.int64)
     sizes = columns + klen + vlen + header_lengths
     if not bool((header_lengths >= 0).all() and (sizes == body).all()):
         raise ValueError("column lengths do not add up to the batch body")
-    key_starts = positions + header_size + columns
-    value_starts = key_starts + klen
     hlen = header_lengths.astype(np.int64)
     length = int(heads["length"][0])
     first = int(positions[0])
@@ -1051,11 +1046,15 @@ def _decode_simple(
         values_blob = rows[:, at + k : at + k + v].tobytes()
         headers_blob = rows[:, at + k + v : at + k + v + h].tobytes() if any_headers else None
     else:
-        keys_blob = _gather(buf, raw, key_starts, klen)
-        values_blob = _gather(buf, raw, value_starts, vlen)
-        headers_blob = None
-        if any_headers:
-            headers_blob = _gather(buf, raw, value_starts + vlen, hlen)
+        # the run is its batches back to back, each exactly header + columns + key +
+        # value + headers (checked above): label every byte of the run with its part and
+        # take each part's bytes with one mask
+        parts = np.stack([header_size + columns, klen, vlen, hlen], axis=1).ravel()
+        labels = np.repeat(np.tile(_PARTS, n), parts)
+        region = raw[first:end]
+        keys_blob = region[labels == 1].tobytes()
+        values_blob = region[labels == 2].tobytes()
+        headers_blob = region[labels == 3].tobytes() if any_headers else None
     base = heads["base_offset"]
     header = BatchHeader(
         end - int(positions[0]),
@@ -1089,18 +1088,16 @@ def _same(values: np.ndarray) -> bool:
     return not len(values) or bool((values == values[0]).all())
 
 
-def _gather(buf: Any, raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
-    """The byte ranges ``[start, start + length)`` of ``buf``, concatenated."""
-    if not len(lengths):
-        return b""
-    width = int(lengths[0])
-    if bool((lengths == width).all()):
-        if width == 0:
-            return b""
-        return raw[starts[:, None] + np.arange(width, dtype=np.int64)].tobytes()
-    view = memoryview(buf)
-    ends = (starts + lengths).tolist()
-    return b"".join([view[s:e] for s, e in zip(starts.tolist(), ends, strict=True)])
+_PARTS = np.arange(4, dtype=np.uint8)  # a batch's parts: header + columns, key, value, headers
+
+
+def _rows_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """``raw[start : start + width]`` for every start, as the rows of an (n, width) array
+    (one copy through a strided view of every window, no per-byte index)."""
+    windows = np.lib.stride_tricks.as_strided(
+        raw, shape=(len(raw) - width + 1, width), strides=(1, 1), writeable=False
+    )
+    return windows[starts]
 
 
 def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
