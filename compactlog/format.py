@@ -878,7 +878,9 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
     same = 0
     leap_after = _LEAP_AFTER
     raw: np.ndarray | None = None
-    while pos <= last and len(found) < max_batches:
+    for _ in range(max_batches):  # one batch found per turn (and a leap adds many)
+        if pos > last:
+            break
         length, count = unpack(buf, pos)
         following = pos + length
         if count > small or not pos + header_size <= following <= stop:
@@ -888,25 +890,29 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
         if length != previous:
             previous = length
             same = 0
-            continue
-        same += 1
-        if same < leap_after:
-            continue
-        same = 0
-        if raw is None:
-            raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
-        rows = min((stop - pos) // length, max_batches - len(found))
-        if rows <= 0:
-            continue
-        block = raw[pos : pos + rows * length].reshape(rows, length)
-        lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
-        counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
-        matching = (lengths == length) & (counts <= small)
-        leap = rows if bool(matching.all()) else int(np.argmin(matching))
-        if leap < leap_after:
-            leap_after *= 2  # lengths only look alike: try less often
-        found.extend(range(pos, pos + leap * length, length))
-        pos += leap * length
+        elif same + 1 < leap_after:
+            same += 1
+        else:
+            same = 0
+            if raw is None:
+                raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
+            rows = min((stop - pos) // length, max_batches - len(found))
+            if rows <= 0:
+                continue  # no room for another batch of this length: walk on
+            block = raw[pos : pos + rows * length].reshape(rows, length)
+            lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
+            counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
+            matching = (lengths == length) & (counts <= small)
+            leap = rows if bool(matching.all()) else int(np.argmin(matching))
+            if leap < leap_after:
+                leap_after *= 2  # lengths only look alike: try less often
+            found.extend(range(pos, pos + leap * length, length))
+            pos += leap * length
+            if len(found) >= max_batches:
+                break
+    if len(found) > max_batches:
+        pos = found[max_batches]
+        del found[max_batches:]
     return found, pos
 
 
