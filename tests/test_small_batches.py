@@ -246,6 +246,23 @@ def test_crcs_continued_over_headers_at_once_equal_crc32c(crcs, data):
     assert got.tolist() == [crc32c(row, crc) for row, crc in zip(rows, crcs, strict=True)]
 
 
+@pytest.mark.parametrize("max_records", [1, 2, 9, 10, 17, 99, 100, 1000])
+@pytest.mark.parametrize("max_bytes", [100, 1000, 2345, 1 << 20])
+def test_runs_of_equal_batches_respect_the_limits(max_records, max_bytes):
+    batches = [([(b"k%03d" % i, b"v" * 9, None, 0, 5)], True, CODEC_NONE, 0) for i in range(100)]
+    buf, where = build_segment(batches)
+    length = where[1][0] - where[0][0]
+    run = scan_small_run(buf, HEADER_SIZE, len(buf), max_records, max_bytes)
+    expected = min(max(max_records, 2), max_bytes // length, 100)
+    if expected < 2:
+        assert run is None
+    else:
+        assert run is not None and len(run) == expected
+        assert run.end == HEADER_SIZE + expected * length
+    decoded = fast(buf, max_records, max_bytes)
+    assert records_of([b for b, _ in decoded]) == records_of(columnar(buf))
+
+
 def test_runs_of_alternating_and_equal_lengths_decode_like_the_columnar_path():
     records = []
     for i in range(300):
