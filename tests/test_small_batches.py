@@ -376,6 +376,24 @@ def test_subscribers_poll_across_runs_exactly_once(log_dir):
         assert got == expected
 
 
+def test_subscribers_cut_runs_of_multi_record_batches_and_resume_inside_them(log_dir):
+    with compactlog.open(log_dir, segment_bytes=4096) as log:
+        expected = []
+        for i in range(120):  # small batches of 3 records: polls end inside them
+            pairs = [(b"key-%d-%d" % (i, j), b"v" * (i % 7)) for j in range(3)]
+            offsets = log.append_batch(pairs, timestamp_ms=1000 + i)
+            for offset, (key, value) in zip(offsets, pairs, strict=True):
+                expected.append(Record(offset, key, value, 1000 + i, None))
+        for max_records in (1, 4, 5, 50):
+            sub = log.subscribe(f"~cut{max_records}", start=0)
+            got = []
+            while records := sub.poll(max_records=max_records):
+                assert len(records) <= max_records
+                got.extend(records)
+            assert got == expected
+            sub.close()
+
+
 # -- compaction merges small batches -------------------------------------------------------------
 
 
