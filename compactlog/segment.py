@@ -262,7 +262,7 @@ class SegmentReader:
             if isinstance(header, SmallRun):
                 try:
                     batch = decode_small_run(buffer, header)
-                except ValueError:
+                except Exception:  # a body that passed its CRC yet does not decode
                     batch = self._one_by_one(buffer, header, pos - offset_in_buffer)
                 batch.position = pos
                 yield batch

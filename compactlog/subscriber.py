@@ -737,7 +737,7 @@ class Subscriber:
         if run is not None:
             try:
                 batch = decode_small_run(cursor.buf, run)
-            except ValueError:
+            except Exception:  # a body that passed its CRC yet does not decode
                 return self._next_batch(cursor, limit, 1, None)  # one at a time: says where
             batch.position = cursor.pos
             cursor.pos += run.end - offset
