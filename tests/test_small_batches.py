@@ -279,15 +279,40 @@ def test_a_run_stops_before_a_batch_with_a_bad_header_field():
     buf, where = build_segment(batches)
     damaged = bytearray(buf)
     pos = where[3][0]
-    length = struct.unpack_from("<I", damaged, pos)[0]
     damaged[pos + 10] |= 0x80  # an unknown flag, with a CRC that matches it
-    body_crc = crc32c(bytes(damaged[pos + BATCH_HEADER.size : pos + length]))
-    crc = crc32c(bytes(damaged[pos + CRC_START : pos + BATCH_HEADER.size]), body_crc)
-    struct.pack_into("<I", damaged, pos + 4, crc)
+    with_valid_crc(damaged, pos)
     run = scan_small_run(bytes(damaged), HEADER_SIZE, len(damaged))
     assert run is not None and run.end == pos and len(run) == 3
     header, reason = check_batch(bytes(damaged), pos, len(damaged))
     assert header is None and reason.startswith("unknown batch flags")
+
+
+def with_valid_crc(data: bytearray, pos: int) -> None:
+    length = struct.unpack_from("<I", data, pos)[0]
+    body_crc = crc32c(bytes(data[pos + BATCH_HEADER.size : pos + length]))
+    crc = crc32c(bytes(data[pos + CRC_START : pos + BATCH_HEADER.size]), body_crc)
+    struct.pack_into("<I", data, pos + 4, crc)
+
+
+@pytest.mark.parametrize("compression", [CODEC_NONE, CODEC_ZSTD])
+def test_an_undecodable_batch_inside_a_run_is_reported_at_its_position(tmp_path, compression):
+    from compactlog.filenames import segment_name
+
+    batches = [([(b"k%d" % i, b"v" * 5, None, 0, 5)], True, compression, 0) for i in range(12)]
+    buf, where = build_segment(batches)
+    damaged = bytearray(buf)
+    pos = where[6][0]
+    if compression == CODEC_NONE:
+        struct.pack_into("<i", damaged, pos + BATCH_HEADER.size, 99)  # a key longer than the body
+    else:
+        damaged[pos + BATCH_HEADER.size + 2] ^= 0xFF  # a zstd frame that does not decode
+    with_valid_crc(damaged, pos)
+    (tmp_path / segment_name(0)).write_bytes(bytes(damaged))
+    reader = SegmentReader(str(tmp_path), 0, last_segment=False)
+    with reader, pytest.raises(CorruptLogError) as caught:
+        list(reader.runs(HEADER_SIZE))
+    assert caught.value.position == pos
+    assert "undecodable batch" in str(caught.value)
 
 
 def test_no_run_of_fewer_than_two_small_batches():
