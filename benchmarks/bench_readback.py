@@ -10,9 +10,9 @@ JLog's users and most changelog producers write). Then, each the median of
 
 measured once on the log as written and again after one forced compaction pass, which
 merges runs of small batches into batches of up to ``cleaner_merge_batch_bytes``. The
-active segment (the newest ``segment_bytes``) is never cleaned, so the "after" figures
-include that uncleaned tail. Also reported: bytes of segment files before and after, and
-the pass's own time.
+active segment (the newest ``segment_bytes``: 16 MiB, a tenth of the log for small runs)
+is never cleaned, so the "after" figures include that uncleaned tail. Also reported:
+bytes of segment files before and after, and the pass's own time.
 
 Run standalone (``python -m benchmarks.bench_readback [--records N] [--json]``) or call
 :func:`run`, which returns a dict (``benchmarks.run`` adds it to the report).
@@ -34,10 +34,17 @@ import compactlog
 
 VALUE = b"v" * 100
 SEGMENT_BYTES = 16 << 20
+STORED_RECORD = 48 + 8 + 16 + 100  # a one-record batch of this workload
+
+
+def segment_bytes_for(records: int) -> int:
+    """16 MiB, or less for a small run so that most of the log is in closed segments."""
+    return max(16 << 10, min(SEGMENT_BYTES, records * STORED_RECORD // 10))
 
 
 def _write(path: str, records: int) -> float:
-    with compactlog.open(path, sync="os", segment_bytes=SEGMENT_BYTES) as log:
+    config = {"sync": "os", "segment_bytes": segment_bytes_for(records)}
+    with compactlog.open(path, **config) as log:
         append = log.append
         started = time.perf_counter()
         for i in range(records):
@@ -84,7 +91,7 @@ def run(records: int = 1_000_000, repeat: int = 3, root: str | None = None) -> d
         append_rate = _write(path, records)
         before_bytes = _segment_bytes(path)
         before = _scans(path, records, repeat)
-        with compactlog.open(path, sync="os", segment_bytes=SEGMENT_BYTES) as log:
+        with compactlog.open(path) as log:
             started = time.perf_counter()
             stats = log.compact(force=True)
             compact_seconds = time.perf_counter() - started
@@ -94,7 +101,7 @@ def run(records: int = 1_000_000, repeat: int = 3, root: str | None = None) -> d
         "setup": {
             "records": records,
             "record": "16 B key + 100 B value, distinct keys, one log.append each",
-            "segment_bytes": SEGMENT_BYTES,
+            "segment_bytes": segment_bytes_for(records),
             "repeat": repeat,
             "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         },

@@ -506,3 +506,13 @@ def test_cleaner_merge_batch_bytes_is_validated(log_dir, bad):
 def test_cleaner_merge_batch_bytes_defaults_to_one_mib(log_dir):
     with compactlog.open(log_dir) as log:
         assert log.config.cleaner_merge_batch_bytes == 1 << 20
+
+
+def test_readback_benchmark_reads_back_what_it_wrote(tmp_path):
+    from benchmarks import bench_readback
+
+    result = bench_readback.run(records=3000, repeat=1, root=str(tmp_path))
+    assert result["as_written"]["read_records_per_s"] > 0
+    assert result["after_one_compaction"]["batches_merged"] > 0
+    assert result["shrink"] < 1
+    assert list(tmp_path.iterdir()) == []  # its scratch directory is gone
