@@ -821,21 +821,21 @@ def scan_small_run(
     positions = np.array(found, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
     first = found[0]
-    spacing = pos - first
-    if spacing % n == 0 and found[1] - first == spacing // n == found[-1] - found[-2]:
+    length = found[1] - first
+    view = memoryview(buf)
+    if pos - first == n * length and bool((np.diff(positions) == length).all()):
         # one batch length throughout (records of one size): the headers are one strided
-        # column of the run, no gather (_walk found them one length apart)
-        rows = raw[first:pos].reshape(n, spacing // n)
-        block = np.ascontiguousarray(rows[:, :header_size])
+        # column of the run, and the bodies follow one length apart
+        block = np.ascontiguousarray(raw[first:pos].reshape(n, length)[:, :header_size])
+        spans = map(
+            slice, range(first + header_size, pos, length), range(first + length, pos + 1, length)
+        )
     else:
         block = _rows_at(raw, positions, header_size)
+        ends = [*found[1:], pos]
+        spans = map(slice, (positions + header_size).tolist(), ends)
     heads = block.view(_HEADER_DTYPE).ravel()
-    ends = np.empty(n, dtype=np.int64)
-    ends[:-1] = positions[1:]
-    ends[-1] = pos
-    view = memoryview(buf)
-    bodies = map(view.__getitem__, map(slice, (positions + header_size).tolist(), ends.tolist()))
-    body_crcs = np.fromiter(map(crc32c, bodies), dtype=np.uint32, count=n)
+    body_crcs = np.fromiter(map(crc32c, map(view.__getitem__, spans)), dtype=np.uint32, count=n)
     count = heads["count"].astype(np.int64)
     bad = (
         (_continue_crc(body_crcs, block[:, CRC_START:]) != heads["crc"])

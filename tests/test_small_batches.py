@@ -263,6 +263,16 @@ def test_runs_of_equal_batches_respect_the_limits(max_records, max_bytes):
     assert records_of([b for b, _ in decoded]) == records_of(columnar(buf))
 
 
+def test_a_run_whose_lengths_only_average_out_is_not_taken_for_one_of_equal_batches():
+    # first and last batch of one length and the total a multiple of it, the middle not
+    sizes = [4, 6, 2, 4, 4]
+    records = [(b"k%d" % i, b"x" * size, None, 0, 5) for i, size in enumerate(sizes)]
+    buf, _where = build_segment([([r], True, CODEC_NONE, 0) for r in records])
+    decoded = fast(buf, 1 << 20, 1 << 20)
+    assert [b.stored_batches for b, _ in decoded] == [5]
+    assert records_of([b for b, _ in decoded]) == records_of(columnar(buf))
+
+
 def test_runs_of_alternating_and_equal_lengths_decode_like_the_columnar_path():
     records = []
     for i in range(300):
