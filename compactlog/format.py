@@ -975,8 +975,9 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
     first batch's, ``last_delta`` up to the last batch's last offset, ``count`` every
     record; ``codec``, ``flags`` and ``crc`` 0 as the columns are explicit),
     ``position`` is the first batch's and ``stored_batches`` the number of batches.
-    Raises ``ValueError`` when a batch's columns do not add up to its body (the caller
-    decodes the batches one by one to report which).
+    Raises ``ValueError`` when a batch's columns do not add up to its body, or the
+    decompressor's error for a body that does not decompress (callers then decode the
+    batches one by one to report which).
     """
     heads = run.headers
     simple = (
