@@ -29,6 +29,7 @@ OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
     ("bench_cleaner", lambda sizes: {}),
+    ("bench_readback", lambda sizes: {"records": sizes.records}),
 )
 
 

@@ -16,6 +16,7 @@ from .errors import ConfigError
 KIB = 1024
 MIB = 1024 * KIB
 DAY_MS = 86_400_000
+MAX_MERGE_BYTES = 256 * MIB  # cleaner_merge_batch_bytes: 0 (never merge) up to this
 
 CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
 COMPRESSIONS = ("none", "zstd")
@@ -44,6 +45,7 @@ class LogConfig:
     precommit_bytes: int = 0
     cleaner_buffer_bytes: int = 32 * MIB
     cleaner_io_bytes_per_second: int | None = None
+    cleaner_merge_batch_bytes: int = 1 * MIB
     min_free_bytes: int = 16 * MIB
 
     # -- derived -------------------------------------------------------------------------
@@ -114,6 +116,12 @@ class LogConfig:
             self.cleaner_io_bytes_per_second,
             minimum=1,
             optional=True,
+        )
+        _int(
+            "cleaner_merge_batch_bytes",
+            self.cleaner_merge_batch_bytes,
+            minimum=0,
+            maximum=MAX_MERGE_BYTES,
         )
         _int("min_free_bytes", self.min_free_bytes, minimum=0)
         if (

@@ -487,6 +487,8 @@ class RecordBatch:
     values_blob: bytes | memoryview
     header_lengths: np.ndarray | None = None
     headers_blob: bytes | memoryview | None = None
+    stored_batches: int = 1  # > 1: a run of small stored batches (see decode_small_run)
+    decoded: list[Record] | None = None  # the records, when decoded straight from bytes
 
     def __len__(self) -> int:
         return self.header.count
@@ -531,6 +533,8 @@ class RecordBatch:
         return bytes(self.keys_blob), ends - lengths, ends
 
     def records(self) -> Iterator[Record]:
+        if self.decoded is not None:
+            return iter(self.decoded)
         # built by map() in C: no Python frame (generator step) per record
         offsets = self.offsets.tolist()
         heads = repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
@@ -545,7 +549,7 @@ class RecordBatch:
         values = self.values()
         heads = self.headers()
         idx = np.flatnonzero(mask).tolist()
-        return _columns_batch(
+        selected = _columns_batch(
             self.header,
             self.position,
             self.offsets[mask],
@@ -554,6 +558,8 @@ class RecordBatch:
             [values[i] for i in idx],
             [heads[i] for i in idx],
         )
+        selected.stored_batches = self.stored_batches
+        return selected
 
 
 def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
@@ -620,6 +626,26 @@ def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
         body = _zstd_decompress(body, header.body_length)
     if len(body) != header.body_length:
         raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
+    if count == 1:
+        one = _decode_one(body, pos, header)
+        if one is not None:
+            return one
+    return _decode_columns(body, pos, header)
+
+
+def decode_columns(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    """:func:`decode_batch` always through the columnar path (the reference the fast
+    paths are tested against)."""
+    body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
+    if header.codec == CODEC_ZSTD:
+        body = _zstd_decompress(body, header.body_length)
+    if len(body) != header.body_length:
+        raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
+    return _decode_columns(body, pos, header)
+
+
+def _decode_columns(body: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    count = header.count
     cursor = 0
     if header.flags & FLAG_SINGLE_TIMESTAMP:
         timestamps = np.full(count, header.first_ts, dtype=np.int64)
@@ -661,6 +687,468 @@ def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
         values_blob,
         header_lengths,
         headers_blob,
+    )
+
+
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+
+
+def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch | None:
+    """:func:`decode_batch` of a one-record batch (a single append) straight from the
+    bytes with ``struct``: its :class:`Record` is made here (``records()`` returns it) and
+    the columns are one-item arrays. ``None`` for a body the columnar path must judge
+    (negative header length)."""
+    flags = header.flags
+    cursor = 0
+    timestamp = header.first_ts
+    if not flags & FLAG_SINGLE_TIMESTAMP:
+        (timestamp,) = _I64.unpack_from(body, 0)
+        cursor = 8
+    delta = 0
+    if not flags & FLAG_CONTIGUOUS:
+        (delta,) = _U32.unpack_from(body, cursor)
+        cursor += 4
+    key_length, value_length = _TWO_LENGTHS.unpack_from(body, cursor)
+    cursor += 8
+    header_length = -1
+    if flags & FLAG_HEADERS:
+        (header_length,) = _I32.unpack_from(body, cursor)
+        cursor += 4
+        if header_length < 0:
+            return None
+    k = key_length if key_length > 0 else 0
+    v = value_length if value_length > 0 else 0
+    h = header_length if header_length > 0 else 0
+    if cursor + k + v + h != len(body):
+        raise ValueError("column lengths do not add up to the batch body")
+    raw = body if isinstance(body, bytes) else bytes(body)
+    key = raw[cursor : cursor + k] if key_length >= 0 else None
+    cursor += k
+    value = raw[cursor : cursor + v] if value_length >= 0 else None
+    cursor += v
+    headers_blob = raw[cursor : cursor + h] if flags & FLAG_HEADERS else None
+    offset = header.base_offset + delta
+    record = Record(offset, key, value, timestamp, decode_headers(headers_blob) if h else None)
+    return RecordBatch(
+        header,
+        pos,
+        np.array([offset], dtype=np.int64),
+        np.array([timestamp], dtype=np.int64),
+        np.array([key_length], dtype=np.int32),
+        np.array([value_length], dtype=np.int32),
+        key or b"",
+        value or b"",
+        np.array([header_length], dtype=np.int32) if flags & FLAG_HEADERS else None,
+        headers_blob,
+        decoded=[record],
+    )
+
+
+# -- runs of small batches ---------------------------------------------------------------
+#
+# A log written by single appends is a file of one-record batches. Decoding each through
+# the columnar path above costs a dozen numpy calls per record; instead, readers take a run
+# of consecutive small batches at once: :func:`scan_small_run` walks and CRC-checks them
+# with one struct call and two crc32c calls per batch, checks their headers together, and
+# :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
+# concatenation of the batches' columns (the records, offsets, timestamps and headers of
+# ``decode_batch`` for each batch, in order).
+
+SMALL_BATCH_RECORDS = 8
+"""A batch of at most this many records is *small* (typically one single append)."""
+
+_LENGTH_CRC_COUNT = struct.Struct("<II12xI")
+_HEADER_DTYPE = np.dtype(
+    [
+        ("length", "<u4"),
+        ("crc", "<u4"),
+        ("magic", "u1"),
+        ("codec", "u1"),
+        ("flags", "<u2"),
+        ("base_offset", "<i8"),
+        ("count", "<u4"),
+        ("last_delta", "<u4"),
+        ("first_ts", "<i8"),
+        ("max_ts", "<i8"),
+        ("body_length", "<u4"),
+    ]
+)
+assert _HEADER_DTYPE.itemsize == BATCH_HEADER.size
+_SIMPLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+
+
+@dataclass(slots=True)
+class SmallRun:
+    """Consecutive whole, valid small batches found by :func:`scan_small_run`."""
+
+    positions: np.ndarray  # int64 byte positions in the buffer scanned
+    headers: np.ndarray  # their headers (structured, ``_HEADER_DTYPE``)
+    end: int  # position just after the last batch
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+def scan_small_run(
+    buf: bytes | memoryview | Any,
+    pos: int,
+    end: int,
+    max_records: int = 1 << 62,
+    max_bytes: int = 1 << 62,
+) -> SmallRun | None:
+    """The run of consecutive small batches starting at ``pos``, or ``None`` when fewer
+    than two are there.
+
+    Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
+    whole run at once where they can be: the run's batches are found by their lengths
+    (:func:`_walk`), each body's CRC is one ``crc32c`` call, continued over the 48-byte
+    headers for all batches together (:func:`_continue_crc`), and the header fields are
+    checked as columns. The run stops before the first batch that is not small, not whole
+    below ``end``, not valid (left to :func:`check_batch`, which says why), whose offsets
+    do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
+    ``max_records`` records.
+    """
+    header_size = BATCH_HEADER.size
+    stop = min(end, pos + max_bytes)
+    # a batch holds at least one record unless it is empty: at most max_records batches
+    # (cut to max_records records below)
+    found, pos = _walk(buf, pos, stop, max(max_records, 2))
+    n = len(found)
+    if n < 2:
+        return None
+    positions = np.array(found, dtype=np.int64)
+    raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
+    first = found[0]
+    length = found[1] - first
+    view = memoryview(buf)
+    if pos - first == n * length and bool((np.diff(positions) == length).all()):
+        # one batch length throughout (records of one size): the headers are one strided
+        # column of the run, and the bodies follow one length apart
+        block = np.ascontiguousarray(raw[first:pos].reshape(n, length)[:, :header_size])
+        spans = map(
+            slice, range(first + header_size, pos, length), range(first + length, pos + 1, length)
+        )
+    else:
+        block = _rows_at(raw, positions, header_size)
+        ends = [*found[1:], pos]
+        spans = map(slice, (positions + header_size).tolist(), ends)
+    heads = block.view(_HEADER_DTYPE).ravel()
+    body_crcs = np.fromiter(map(crc32c, map(view.__getitem__, spans)), dtype=np.uint32, count=n)
+    count = heads["count"].astype(np.int64)
+    bad = (
+        (_continue_crc(body_crcs, block[:, CRC_START:]) != heads["crc"])
+        | (heads["magic"] != BATCH_MAGIC)
+        | (heads["codec"] > CODEC_ZSTD)
+        | ((heads["flags"] & (0xFFFF ^ KNOWN_FLAGS)) != 0)
+        | (count > heads["last_delta"].astype(np.int64) + 1)
+    )
+    bad[1:] |= heads["base_offset"][1:] <= heads["base_offset"][:-1] + heads["last_delta"][:-1]
+    bad |= np.cumsum(count) > max(max_records, count[0] + count[1])
+    if bool(bad.any()):
+        n = int(np.argmax(bad))
+        if n < 2:
+            return None
+        pos = found[n]
+        positions, heads = positions[:n], heads[:n]
+    return SmallRun(positions, heads, pos)
+
+
+_LENGTH_COUNT = struct.Struct("<I16xI")
+_LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
+
+
+def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int]:
+    """Positions of consecutive small batches whose lengths keep them whole below
+    ``stop`` (nothing else is checked here), and where they end.
+
+    Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
+    lengths in a row (single appends of records of one size), the length and count
+    fields of the batches that would follow at that spacing are read as one numpy
+    column and the walk leaps over every one that matches.
+    """
+    found: list[int] = []
+    append = found.append
+    unpack = _LENGTH_COUNT.unpack_from
+    last = stop - BATCH_HEADER.size
+    header_size = BATCH_HEADER.size
+    small = SMALL_BATCH_RECORDS
+    previous = -1
+    same = 0
+    leap_after = _LEAP_AFTER
+    raw: np.ndarray | None = None
+    for _ in range(max_batches):  # one batch found per turn (and a leap adds many)
+        if pos > last:
+            break
+        length, count = unpack(buf, pos)
+        following = pos + length
+        if count > small or not pos + header_size <= following <= stop:
+            break
+        append(pos)
+        pos = following
+        if length != previous:
+            previous = length
+            same = 0
+        elif same + 1 < leap_after:
+            same += 1
+        else:
+            same = 0
+            if raw is None:
+                raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
+            rows = min((stop - pos) // length, max_batches - len(found))
+            if rows <= 0:
+                continue  # no room for another batch of this length: walk on
+            block = raw[pos : pos + rows * length].reshape(rows, length)
+            lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
+            counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
+            matching = (lengths == length) & (counts <= small)
+            leap = rows if bool(matching.all()) else int(np.argmin(matching))
+            if leap < leap_after:
+                leap_after *= 2  # lengths only look alike: try less often
+            found.extend(range(pos, pos + leap * length, length))
+            pos += leap * length
+            if len(found) >= max_batches:
+                break
+    if len(found) > max_batches:
+        pos = found[max_batches]
+        del found[max_batches:]
+    return found, pos
+
+
+_CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
+
+
+def _crc_tables() -> tuple[np.ndarray, np.ndarray, int]:
+    """Tables of CRC-32C's linearity for 40-byte messages (a batch header's CRC part).
+
+    ``crc32c(m, c) == ~(zero[~c] ^ part[m])`` where ``zero[x]`` is the register after 40
+    zero bytes from register ``x`` and ``part[m]`` the register after ``m`` from 0; both
+    are linear over GF(2), so each is a XOR of per-byte table entries (4 for ``zero``, one
+    per byte position for ``part``). Built once from ``crc32c`` itself.
+    """
+    global _CRC_TABLES
+    if _CRC_TABLES is None:
+        size = BATCH_HEADER.size - CRC_START
+        ones = 0xFFFFFFFF
+        zeros = bytes(size)
+        zero = np.array(
+            [[crc32c(zeros, (v << (8 * j)) ^ ones) ^ ones for v in range(256)] for j in range(4)],
+            dtype=np.uint32,
+        )
+        part = np.zeros((size, 256), dtype=np.uint32)
+        message = bytearray(size)
+        for i in range(size):
+            for v in range(256):
+                message[i] = v
+                part[i, v] = crc32c(bytes(message), ones) ^ ones
+            message[i] = 0
+        _CRC_TABLES = (zero, part, ones)
+    return _CRC_TABLES
+
+
+def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
+    """``crc32c(messages[i], crcs[i])`` for every row of an (n, 40) uint8 array at once.
+
+    Rows of one run differ in few byte positions (offsets, timestamps): the first row's
+    CRC part is computed once and the others are corrected only where they differ."""
+    zero, part, ones = _crc_tables()
+    registers = crcs ^ np.uint32(ones)
+    shifted = (
+        zero[0][registers & 0xFF]
+        ^ zero[1][(registers >> 8) & 0xFF]
+        ^ zero[2][(registers >> 16) & 0xFF]
+        ^ zero[3][registers >> 24]
+    )
+    head = messages[0]
+    acc = np.full(len(messages), crc32c(head.tobytes(), ones) ^ ones, dtype=np.uint32)
+    for i in np.flatnonzero((messages != head).any(axis=0)).tolist():
+        acc ^= part[i][messages[:, i]] ^ part[i][head[i]]
+    return (shifted ^ acc) ^ np.uint32(ones)
+
+
+def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch:
+    """One :class:`RecordBatch` holding the records of every batch of ``run``.
+
+    Its columns are the concatenation of what :func:`decode_batch` gives for each batch;
+    ``header`` describes the run as a whole (``length`` its bytes, ``base_offset`` the
+    first batch's, ``last_delta`` up to the last batch's last offset, ``count`` every
+    record; ``codec``, ``flags`` and ``crc`` 0 as the columns are explicit),
+    ``position`` is the first batch's and ``stored_batches`` the number of batches.
+    Raises ``ValueError`` when a batch's columns do not add up to its body, or the
+    decompressor's error for a body that does not decompress (callers then decode the
+    batches one by one to report which).
+    """
+    heads = run.headers
+    simple = (
+        (heads["codec"] == CODEC_NONE)
+        & (heads["count"] == 1)
+        & ((heads["flags"] | FLAG_HEADERS) == (_SIMPLE_FLAGS | FLAG_HEADERS))
+    )
+    if bool(simple.all()):
+        return _decode_simple(buf, run.positions, heads, run.end)
+    pieces: list[RecordBatch] = []
+    positions = run.positions.tolist()
+    ends = [*positions[1:], run.end]
+    flags = simple.tolist()
+    i = 0
+    while i < len(positions):
+        j = i
+        while j < len(positions) and flags[j]:
+            j += 1
+        if j > i:
+            pieces.append(_decode_simple(buf, run.positions[i:j], heads[i:j], ends[j - 1]))
+        if j < len(positions):
+            header = BatchHeader._make(heads[j].item())
+            pieces.append(decode_batch(buf, positions[j], header))
+            pieces[-1].position = positions[j]
+        i = j + 1
+    return concat_batches(pieces)
+
+
+def _decode_simple(
+    buf: bytes | memoryview | Any, positions: np.ndarray, heads: np.ndarray, end: int
+) -> RecordBatch:
+    """The columns of one-record, uncompressed, one-timestamp batches, gathered at once."""
+    n = len(positions)
+    header_size = BATCH_HEADER.size
+    raw = np.frombuffer(buf, dtype=np.uint8, count=end)
+    has_headers = (heads["flags"] & FLAG_HEADERS) != 0
+    any_headers = bool(has_headers.any())
+    columns = 8 + 4 * has_headers.astype(np.int64)
+    body = heads["body_length"].astype(np.int64)
+    if not bool(
+        (body == heads["length"].astype(np.int64) - header_size).all() and (body >= columns).all()
+    ):
+        raise ValueError("column lengths do not add up to the batch body")
+    lengths = _rows_at(raw, positions + header_size, 8).view("<i4")
+    key_lengths = np.ascontiguousarray(lengths[:, 0])
+    value_lengths = np.ascontiguousarray(lengths[:, 1])
+    header_lengths = np.zeros(n, dtype=np.int32)
+    if any_headers:
+        at = positions[has_headers] + header_size + 8
+        header_lengths[has_headers] = _rows_at(raw, at, 4).view("<i4").ravel()
+    klen = np.maximum(key_lengths, 0).astype(np.int64)
+    vlen = np.maximum(value_lengths, 0).astype(np.int64)
+    sizes = columns + klen + vlen + header_lengths
+    if not bool((header_lengths >= 0).all() and (sizes == body).all()):
+        raise ValueError("column lengths do not add up to the batch body")
+    hlen = header_lengths.astype(np.int64)
+    length = int(heads["length"][0])
+    first = int(positions[0])
+    if (
+        end - first == n * length
+        and _same(columns)
+        and _same(klen)
+        and _same(vlen)
+        and _same(hlen)
+        and _same(np.diff(positions))
+    ):
+        # every batch alike (records of one size): the run is a 2-D array of rows and each
+        # blob a column range of it
+        rows = raw[first:end].reshape(n, length)
+        at = header_size + int(columns[0])
+        k, v, h = int(klen[0]), int(vlen[0]), int(hlen[0])
+        keys_blob = rows[:, at : at + k].tobytes()
+        values_blob = rows[:, at + k : at + k + v].tobytes()
+        headers_blob = rows[:, at + k + v : at + k + v + h].tobytes() if any_headers else None
+    else:
+        # the run is its batches back to back, each exactly header + columns + key +
+        # value + headers (checked above): label every byte of the run with its part and
+        # take each part's bytes with one mask
+        parts = np.stack([header_size + columns, klen, vlen, hlen], axis=1).ravel()
+        labels = np.repeat(np.tile(_PARTS, n), parts)
+        region = raw[first:end]
+        keys_blob = region[labels == 1].tobytes()
+        values_blob = region[labels == 2].tobytes()
+        headers_blob = region[labels == 3].tobytes() if any_headers else None
+    base = heads["base_offset"]
+    header = BatchHeader(
+        end - int(positions[0]),
+        0,
+        BATCH_MAGIC,
+        CODEC_NONE,
+        0,
+        int(base[0]),
+        n,
+        int(base[-1]) + int(heads["last_delta"][-1]) - int(base[0]),
+        int(heads["first_ts"][0]),
+        int(heads["max_ts"].max()),
+        0,
+    )
+    return RecordBatch(
+        header,
+        int(positions[0]),
+        base.astype(np.int64),
+        heads["first_ts"].astype(np.int64),
+        key_lengths,
+        value_lengths,
+        keys_blob,
+        values_blob,
+        header_lengths if any_headers else None,
+        headers_blob,
+        n,
+    )
+
+
+def _same(values: np.ndarray) -> bool:
+    return not len(values) or bool((values == values[0]).all())
+
+
+_PARTS = np.arange(4, dtype=np.uint8)  # a batch's parts: header + columns, key, value, headers
+
+
+def _rows_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """``raw[start : start + width]`` for every start, as the rows of an (n, width) array
+    (one copy through a strided view of every window, no per-byte index)."""
+    windows = np.lib.stride_tricks.as_strided(
+        raw, shape=(len(raw) - width + 1, width), strides=(1, 1), writeable=False
+    )
+    return windows[starts]
+
+
+def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
+    """Consecutive batches (in offset order, each from the byte after the previous one)
+    as one, with the run header :func:`decode_small_run` describes."""
+    if len(batches) == 1:
+        return batches[0]
+    first, last = batches[0], batches[-1]
+    with_headers = any(b.header_lengths is not None for b in batches)
+    header_lengths = headers_blob = None
+    if with_headers:
+        header_lengths = np.concatenate(
+            [
+                np.zeros(len(b), np.int32) if b.header_lengths is None else b.header_lengths
+                for b in batches
+            ]
+        )
+        headers_blob = b"".join([b.headers_blob or b"" for b in batches])
+    count = sum(len(b) for b in batches)
+    header = BatchHeader(
+        sum(b.size_bytes for b in batches),
+        0,
+        BATCH_MAGIC,
+        CODEC_NONE,
+        0,
+        first.base_offset,
+        count,
+        last.next_offset - 1 - first.base_offset,
+        first.header.first_ts,
+        max(b.header.max_ts for b in batches),
+        0,
+    )
+    return RecordBatch(
+        header,
+        first.position,
+        np.concatenate([b.offsets for b in batches]),
+        np.concatenate([b.timestamps for b in batches]),
+        np.concatenate([b.key_lengths for b in batches]),
+        np.concatenate([b.value_lengths for b in batches]),
+        b"".join([b.keys_blob for b in batches]),
+        b"".join([b.values_blob for b in batches]),
+        header_lengths,
+        headers_blob,
+        sum(b.stored_batches for b in batches),
     )
 
 

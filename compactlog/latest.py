@@ -80,7 +80,7 @@ class _OpenSegments:
         next_offset = self.start
         end = self.end
         for reader in self.readers:
-            for batch in reader.batches(HEADER_SIZE):
+            for batch in reader.runs(HEADER_SIZE):
                 if batch.next_offset <= next_offset:
                     continue
                 if batch.base_offset >= end:

@@ -17,7 +17,10 @@ from .segment import HEADER_SIZE, SegmentReader, list_segments, lookup_position,
 
 
 def iter_batches(directory: str, start: int, end: int | None) -> Iterator[RecordBatch]:
-    """Batches holding the offsets in ``[start, end)``, trimmed to that range."""
+    """Batches holding the offsets in ``[start, end)``, trimmed to that range. A run of
+    consecutive small stored batches (single appends) comes back as one batch
+    (:meth:`SegmentReader.runs`): callers work on offsets and columns, never on where
+    stored batches begin."""
     next_offset = start
     while end is None or next_offset < end:
         bases = list_segments(directory)
@@ -54,18 +57,18 @@ def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator
     starts after ``target``; both fall back to the segment's start. A batch starting at or
     before ``target`` is safe: offsets only grow along a file."""
     if position == HEADER_SIZE:
-        yield from reader.batches(position)
+        yield from reader.runs(position)
         return
     from .errors import CorruptLogError
 
     try:
-        iterator = reader.batches(position)
+        iterator = reader.runs(position)
         first = next(iterator, None)
     except CorruptLogError:
-        yield from reader.batches(HEADER_SIZE)
+        yield from reader.runs(HEADER_SIZE)
         return
     if first is not None and first.base_offset > target:
-        yield from reader.batches(HEADER_SIZE)
+        yield from reader.runs(HEADER_SIZE)
         return
     if first is not None:
         yield first

@@ -32,16 +32,22 @@ from .format import (
     SEGMENT_MAGIC,
     BatchHeader,
     RecordBatch,
+    SmallRun,
     check_batch,
     check_file_header,
+    concat_batches,
     decode_batch,
+    decode_small_run,
     find_next_valid_batch,
+    scan_small_run,
 )
 from .fsio import FileSystem
 
 HEADER_SIZE = FILE_HEADER.size
 READ_CHUNK = 4 << 20
 RELEASE_BYTES = 8 << 20
+RUN_BYTES = 1 << 20  # a run of small batches read as one RecordBatch spans at most this
+RUN_RECORDS = 1 << 16  # ... and about this many records
 
 
 def list_segments(directory: str) -> list[int]:
@@ -239,32 +245,74 @@ class SegmentReader:
         self.close()
 
     def batches(self, position: int, *, verify: bool = True) -> Iterator[RecordBatch]:
+        """Every stored batch from ``position`` on, one :class:`RecordBatch` each."""
         for pos, header, buffer, offset_in_buffer in self._headers(position, verify=verify):
-            try:
-                batch = decode_batch(buffer, offset_in_buffer, header)
-            except Exception as error:  # a body that passed its CRC yet does not decode
-                raise CorruptLogError(
-                    f"undecodable batch: {error}", path=self.path, position=pos
-                ) from None
-            batch.position = pos
-            yield batch
+            assert isinstance(header, BatchHeader)
+            yield self._decode(buffer, offset_in_buffer, header, pos)
+
+    def runs(
+        self, position: int, *, max_records: int = RUN_RECORDS, max_bytes: int = RUN_BYTES
+    ) -> Iterator[RecordBatch]:
+        """Like :meth:`batches`, but a run of consecutive small batches comes back as one
+        :class:`RecordBatch` (``format.decode_small_run``; ``stored_batches`` says how many
+        it spans, at most ``max_bytes`` of them and about ``max_records`` records). For
+        callers that work on offsets and columns, not on stored batch boundaries."""
+        limits = (max_records, max_bytes)
+        for pos, header, buffer, offset_in_buffer in self._headers(position, runs=limits):
+            if isinstance(header, SmallRun):
+                try:
+                    batch = decode_small_run(buffer, header)
+                except Exception:  # a body that passed its CRC yet does not decode
+                    batch = self._one_by_one(buffer, header, pos - offset_in_buffer)
+                batch.position = pos
+                yield batch
+            else:
+                yield self._decode(buffer, offset_in_buffer, header, pos)
+
+    def _decode(self, buffer: Any, offset: int, header: BatchHeader, pos: int) -> RecordBatch:
+        try:
+            batch = decode_batch(buffer, offset, header)
+        except Exception as error:  # a body that passed its CRC yet does not decode
+            raise CorruptLogError(
+                f"undecodable batch: {error}", path=self.path, position=pos
+            ) from None
+        batch.position = pos
+        return batch
+
+    def _one_by_one(self, buffer: Any, run: SmallRun, origin: int) -> RecordBatch:
+        """A run that did not decode at once: batch by batch, so that an undecodable one
+        is reported at its own position."""
+        pieces = []
+        for at, fields in zip(run.positions.tolist(), run.headers.tolist(), strict=True):
+            pieces.append(self._decode(buffer, at, BatchHeader._make(fields), origin + at))
+        return concat_batches(pieces)
 
     def headers(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         for pos, header, _buffer, _offset in self._headers(position, verify=True):
+            assert isinstance(header, BatchHeader)
             yield pos, header
 
     def _headers(
-        self, position: int, *, verify: bool
-    ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        self, position: int, *, verify: bool = True, runs: tuple[int, int] | None = None
+    ) -> Iterator[tuple[int, BatchHeader | SmallRun, Any, int]]:
+        """``(file position, header, buffer, position in buffer)`` of each valid batch;
+        with ``runs`` (record and byte limits), a run of small batches found at a
+        position comes as one item whose header is the :class:`SmallRun`."""
         pos = max(position, HEADER_SIZE)
         size = os.fstat(self.fd).st_size
         if not self.last_segment and size > pos:
-            yield from self._mapped_headers(pos, size)
+            yield from self._mapped_headers(pos, size, runs)
             return
         while pos < size:
             buffer = read_all(self.fd, pos, min(READ_CHUNK, size - pos))
             cursor = 0
             while cursor < len(buffer):
+                if runs is not None:
+                    run = scan_small_run(buffer, cursor, len(buffer), *runs)
+                    if run is not None:
+                        yield pos + cursor, run, buffer, cursor
+                        cursor = run.end
+                        continue
                 header, reason = check_batch(buffer, cursor, len(buffer))
                 if header is None:
                     if reason.startswith("incomplete") and pos + len(buffer) < size:
@@ -286,7 +334,9 @@ class SegmentReader:
             if pos >= size:
                 size = os.fstat(self.fd).st_size
 
-    def _mapped_headers(self, pos: int, size: int) -> Iterator[tuple[int, BatchHeader, Any, int]]:
+    def _mapped_headers(
+        self, pos: int, size: int, runs: tuple[int, int] | None
+    ) -> Iterator[tuple[int, BatchHeader | SmallRun, Any, int]]:
         """A closed segment is read through ``mmap``: no copy, no fresh buffers.
 
         Closed segments are never truncated in place (the cleaner and repair replace them by
@@ -296,12 +346,17 @@ class SegmentReader:
         mapped = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
         released = 0  # pages below this were handed back (see below)
         while pos < size:
-            header, reason = check_batch(mapped, pos, size)
-            if header is None:
-                self._bad_batch(pos, reason, size)
-                return
-            yield pos, header, mapped, pos
-            pos += header.length
+            run = scan_small_run(mapped, pos, size, *runs) if runs is not None else None
+            if run is not None:
+                yield pos, run, mapped, pos
+                pos = run.end
+            else:
+                header, reason = check_batch(mapped, pos, size)
+                if header is None:
+                    self._bad_batch(pos, reason, size)
+                    return
+                yield pos, header, mapped, pos
+                pos += header.length
             if pos - released >= RELEASE_BYTES:
                 # drop what was read from this process's resident set: the pages stay in the
                 # page cache, and a batch still holding a view of them faults them back in

@@ -71,11 +71,21 @@ from .errors import (
     SubscriberBusyError,
     SubscriberError,
 )
-from .format import BATCH_HEADER, Record, RecordBatch, check_batch, decode_batch, read_batch_header
+from .format import (
+    BATCH_HEADER,
+    Record,
+    RecordBatch,
+    check_batch,
+    decode_batch,
+    decode_small_run,
+    read_batch_header,
+    scan_small_run,
+)
 from .head import Head, read_head
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
+    RUN_BYTES,
     SegmentReader,
     check_segment_header,
     list_segments,
@@ -698,7 +708,8 @@ class Subscriber:
         self, max_records: int = 1000, max_bytes: int | None = None, timeout_s: float = 0
     ) -> list[RecordBatch]:
         """Like :meth:`poll`, as columnar :class:`RecordBatch` objects (no per-record
-        Python objects); the first and last batch may be cut to the position and limits."""
+        Python objects); the first and last batch may be cut to the position and limits,
+        and a run of small stored batches (single appends) comes back as one batch."""
         _check_limit(max_records, "max_records")
         if max_bytes is not None:
             _check_limit(max_bytes, "max_bytes")
@@ -878,7 +889,8 @@ class Subscriber:
                 if cursor.base == head.active_base or not self._advance(cursor):
                     break
                 continue
-            batch = self._next_batch(cursor, limit)
+            room_bytes = None if max_bytes is None else max_bytes - size
+            batch = self._next_batch(cursor, limit, max_records - records, room_bytes)
             if batch is None:
                 break
             position = self._position
@@ -957,13 +969,29 @@ class Subscriber:
         # else the file was replaced by a rewrite or removed: look the position up again
         return True
 
-    def _next_batch(self, cursor: _Cursor, limit: int) -> RecordBatch | None:
-        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor."""
+    def _next_batch(
+        self, cursor: _Cursor, limit: int, room: int, room_bytes: int | None
+    ) -> RecordBatch | None:
+        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor; a
+        run of small batches (about ``room`` records, at most ``room_bytes`` bytes) comes
+        back as one batch (``format.decode_small_run``)."""
         offset = cursor.pos - cursor.buf_start
         if not 0 <= offset < len(cursor.buf):
             cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))
             cursor.buf_start = cursor.pos
             offset = 0
+        run = None
+        if room > 1:
+            run_bytes = RUN_BYTES if room_bytes is None else room_bytes
+            run = scan_small_run(cursor.buf, offset, len(cursor.buf), room, run_bytes)
+        if run is not None:
+            try:
+                batch = decode_small_run(cursor.buf, run)
+            except Exception:  # a body that passed its CRC yet does not decode
+                return self._next_batch(cursor, limit, 1, None)  # one at a time: says where
+            batch.position = cursor.pos
+            cursor.pos += run.end - offset
+            return batch
         header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
         if header is None and reason.startswith("incomplete"):
             partial, _ = read_batch_header(cursor.buf, offset, 1 << 62)

@@ -34,6 +34,16 @@ ops = st.lists(
                 max_size=40,
             ),
         ),
+        st.tuples(
+            st.just("singles"),  # single appends: small batches the cleaner merges
+            st.lists(
+                st.tuples(
+                    st.integers(0, 12), st.one_of(st.none(), st.binary(min_size=0, max_size=60))
+                ),
+                min_size=1,
+                max_size=20,
+            ),
+        ),
         st.tuples(st.just("fill"), st.integers(0, 12)),
         st.tuples(st.just("fill"), st.integers(0, 12)),
         st.tuples(st.just("advance"), st.integers(0, 1_500)),
@@ -111,6 +121,7 @@ def test_random_histories_match_the_model(tmp_path_factory, steps):
         retention_ms=None,
         delete_retention_ms=RETENTION,
         min_cleanable_dirty_ratio=0.3,
+        cleaner_merge_batch_bytes=400,
     )
     log = compactlog.open(path, clock=clock, **config)
     model = Model()
@@ -120,6 +131,10 @@ def test_random_histories_match_the_model(tmp_path_factory, steps):
             if op == "append":
                 pairs = [(b"key%d" % k, v) for k, v in arg]
                 model.append_batch(log, pairs)
+                log.flush()
+            elif op == "singles":
+                for k, v in arg:
+                    model.append(log, b"key%d" % k, v)
                 log.flush()
             elif op == "fill":  # enough bytes to roll a segment or two
                 pairs = [(b"key%d" % ((arg + i) % 13), b"f%d" % i * 12) for i in range(40)]

@@ -88,17 +88,34 @@ def test_read_start_and_end_bound_the_offsets(log_dir):
 
 def test_read_batches_yields_columnar_batches(log_dir):
     with compactlog.open(log_dir) as log:
-        log.append_batch(keyed(5))
-        log.append_batch(keyed(3, start=5))
+        log.append_batch(keyed(15))
+        log.append_batch(keyed(10, start=15))
         batches = list(log.read_batches())
         assert all(isinstance(b, RecordBatch) for b in batches)
-        assert [len(b) for b in batches] == [5, 3]
+        assert [len(b) for b in batches] == [15, 10]
         assert isinstance(batches[0].offsets, np.ndarray)
-        assert batches[1].offsets.tolist() == [5, 6, 7]
-        assert batches[0].key_lengths.tolist() == [7] * 5
-        assert bytes(batches[0].keys_blob) == b"".join(k for k, _ in keyed(5))
-        trimmed = list(log.read_batches(start=2, end=6))
-        assert [b.offsets.tolist() for b in trimmed] == [[2, 3, 4], [5]]
+        assert batches[1].offsets.tolist() == list(range(15, 25))
+        assert batches[0].key_lengths.tolist() == [7] * 15
+        assert bytes(batches[0].keys_blob) == b"".join(k for k, _ in keyed(15))
+        trimmed = list(log.read_batches(start=12, end=17))
+        assert [b.offsets.tolist() for b in trimmed] == [[12, 13, 14], [15, 16]]
+
+
+def test_read_batches_hands_runs_of_small_batches_back_as_one(log_dir):
+    with compactlog.open(log_dir) as log:
+        log.append_batch(keyed(5))
+        log.append_batch(keyed(3, start=5))
+        for key, value in keyed(4, start=8):
+            log.append(key, value)
+        log.append_batch(keyed(20, start=12))
+        batches = list(log.read_batches())
+        assert [len(b) for b in batches] == [12, 20]
+        assert [b.stored_batches for b in batches] == [6, 1]
+        assert batches[0].offsets.tolist() == list(range(12))
+        assert bytes(batches[0].keys_blob) == b"".join(k for k, _ in keyed(12))
+        assert batches[0].next_offset == 12
+        trimmed = list(log.read_batches(start=2, end=14))
+        assert [b.offsets.tolist() for b in trimmed] == [list(range(2, 12)), [12, 13]]
 
 
 def test_context_manager_closes_the_log(log_dir):

@@ -28,7 +28,9 @@ One pass, in order:
    ``delete_retention_ms`` (counted from when a pass first moved the cleaner point past
    it) has run out, and it is not below the log start offset. Batches that lose nothing
    are copied byte for byte; batches that lose some are re-encoded with their offsets,
-   timestamps and headers; empty batches are dropped. Each group goes to
+   timestamps and headers; empty batches are dropped; runs of small batches (single
+   appends) are merged: their surviving records become one batch of at most about
+   ``cleaner_merge_batch_bytes``. Each group goes to
    ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
    :func:`compactlog.swap.replace_segments` (whose docstring is the crash protocol). A
    group of one segment that lost nothing is left alone.
@@ -284,7 +286,7 @@ class _GroupWriter:
 
 def _batches(directory: str, base: int) -> Iterator[RecordBatch]:
     with SegmentReader(directory, base, last_segment=False) as reader:
-        yield from reader.batches(HEADER_SIZE)
+        yield from reader.runs(HEADER_SIZE)  # runs of small batches decoded at once
 
 
 def clean_log(
@@ -673,11 +675,21 @@ class _Context:
 
 
 def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
-    """Filter one segment into the group's rewrite, a window of batches at a time."""
+    """Filter one segment into the group's rewrite, a window of batches at a time.
+
+    Consecutive small batches (``format.SMALL_BATCH_RECORDS`` records or fewer, such as
+    single appends) are read as runs of at most ``cleaner_merge_batch_bytes`` and each
+    run's surviving records written as one batch (``_clean_window``): a cleaned log reads
+    at batch speed whatever its writers did. Any other batch that loses nothing is copied
+    byte for byte."""
     window: list[RecordBatch] = []
     records = nbytes = 0
+    merge = ctx.config.cleaner_merge_batch_bytes
     with SegmentReader(directory, seg.base, last_segment=False) as reader:
-        for batch in reader.batches(HEADER_SIZE):
+        batches = (
+            reader.runs(HEADER_SIZE, max_bytes=merge) if merge else reader.batches(HEADER_SIZE)
+        )
+        for batch in batches:
             if ctx.abort():
                 raise Aborted
             size = batch.size_bytes
@@ -731,13 +743,13 @@ def _clean_window(
     starts = cols.starts.tolist()
     kept: KeptColumns | None = None
     for i, (batch, lost) in enumerate(zip(window, per_batch.tolist(), strict=True)):
-        if lost == 0:
+        if lost == 0 and batch.stored_batches == 1:
             size = group.add(
                 batch.base_offset, read_all(reader.fd, batch.position, batch.size_bytes)
             )
             stats.batches_copied += 1
         elif lost == len(batch):
-            stats.batches_dropped += 1
+            stats.batches_dropped += batch.stored_batches
             group.changed = True
             continue
         else:
@@ -751,8 +763,13 @@ def _clean_window(
                     starts,
                     cols.ends.tolist(),
                 )
+            # a run of small batches (see _clean_segment) becomes one batch of its
+            # surviving records, offsets, timestamps and headers kept
             size = group.add(batch.base_offset, *kept.encode(i, ctx.codec, ctx.level))
-            stats.batches_rewritten += 1
+            if batch.stored_batches > 1:
+                stats.batches_merged += batch.stored_batches
+            else:
+                stats.batches_rewritten += 1
             group.changed = True
         stats.bytes_written += size
         ctx.throttle.account(size)

@@ -48,6 +48,7 @@ class CleanerStats:
     batches_dropped: int = 0
     batches_copied: int = 0  # kept whole, byte for byte
     batches_rewritten: int = 0  # lost some records, re-encoded
+    batches_merged: int = 0  # small batches whose surviving records went into larger ones
     segments_before: int = 0
     segments_after: int = 0
     groups_swapped: int = 0

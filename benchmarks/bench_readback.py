@@ -1,0 +1,144 @@
+"""Reading back a log written by single appends, before and after one compaction pass.
+
+Workload: ``records`` records of a 16 B key + 100 B value, every key distinct, each
+written by its own ``log.append`` (so every record is a one-record batch on disk, as
+JLog's users and most changelog producers write). Then, each the median of
+``repeat`` full scans:
+
+``read()``          ``Record`` objects, the whole log
+``read_batches()``  columnar batches (runs of small batches come back as one batch)
+
+measured once on the log as written and again after one forced compaction pass, which
+merges runs of small batches into batches of up to ``cleaner_merge_batch_bytes``. The
+active segment (the newest ``segment_bytes``: 16 MiB, a tenth of the log for small runs)
+is never cleaned, so the "after" figures include that uncleaned tail. Also reported:
+bytes of segment files before and after, and the pass's own time.
+
+Run standalone (``python -m benchmarks.bench_readback [--records N] [--json]``) or call
+:func:`run`, which returns a dict (``benchmarks.run`` adds it to the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import compactlog
+
+VALUE = b"v" * 100
+SEGMENT_BYTES = 16 << 20
+STORED_RECORD = 48 + 8 + 16 + 100  # a one-record batch of this workload
+
+
+def segment_bytes_for(records: int) -> int:
+    """16 MiB, or less for a small run so that most of the log is in closed segments."""
+    return max(16 << 10, min(SEGMENT_BYTES, records * STORED_RECORD // 10))
+
+
+def _write(path: str, records: int) -> float:
+    config = {"sync": "os", "segment_bytes": segment_bytes_for(records)}
+    with compactlog.open(path, **config) as log:
+        append = log.append
+        started = time.perf_counter()
+        for i in range(records):
+            append(b"%016d" % i, VALUE)
+        elapsed = time.perf_counter() - started
+    return records / elapsed
+
+
+def _segment_bytes(path: str) -> int:
+    return sum(p.stat().st_size for p in Path(path).glob("*.log"))
+
+
+def _rate(scan: Callable[[], int], records: int, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        seen = scan()
+        times.append(time.perf_counter() - started)
+        if seen != records:
+            raise AssertionError(f"read back {seen} records, not {records}")
+    return records / statistics.median(times)
+
+
+def _scans(path: str, records: int, repeat: int) -> dict[str, float]:
+    with compactlog.open(path, read_only=True) as log:
+        return {
+            "read_records_per_s": _rate(lambda: sum(1 for _ in log.read()), records, repeat),
+            "read_batches_records_per_s": _rate(
+                lambda: sum(len(b) for b in log.read_batches()), records, repeat
+            ),
+            "stored_batches_per_read_batch": _stored_per_batch(log),
+        }
+
+
+def _stored_per_batch(log: Any) -> float:
+    batches = list(log.read_batches())
+    return sum(b.stored_batches for b in batches) / max(len(batches), 1)
+
+
+def run(records: int = 1_000_000, repeat: int = 3, root: str | None = None) -> dict[str, Any]:
+    """Write, scan, compact, scan again; figures as a dict."""
+    with tempfile.TemporaryDirectory(prefix="bench-readback-", dir=root) as scratch:
+        path = os.path.join(scratch, "log")
+        append_rate = _write(path, records)
+        before_bytes = _segment_bytes(path)
+        before = _scans(path, records, repeat)
+        with compactlog.open(path) as log:
+            started = time.perf_counter()
+            stats = log.compact(force=True)
+            compact_seconds = time.perf_counter() - started
+        after_bytes = _segment_bytes(path)
+        after = _scans(path, records, repeat)
+    return {
+        "setup": {
+            "records": records,
+            "record": "16 B key + 100 B value, distinct keys, one log.append each",
+            "segment_bytes": segment_bytes_for(records),
+            "repeat": repeat,
+            "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        },
+        "write": {"single_appends_per_s": round(append_rate)},
+        "as_written": {
+            **{k: round(v, 1) for k, v in before.items()},
+            "segment_bytes_on_disk": before_bytes,
+        },
+        "after_one_compaction": {
+            **{k: round(v, 1) for k, v in after.items()},
+            "segment_bytes_on_disk": after_bytes,
+            "compaction_seconds": round(compact_seconds, 2),
+            "batches_merged": stats.batches_merged,
+        },
+        "shrink": round(after_bytes / before_bytes, 3) if before_bytes else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_readback")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print the dict as JSON")
+    args = parser.parse_args(argv)
+    result = run(args.records, args.repeat)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for section, figures in result.items():
+        if isinstance(figures, dict):
+            print(section)
+            for name, value in figures.items():
+                shown = f"{value:,}" if isinstance(value, int | float) else value
+                print(f"  {name:32} {shown}")
+        else:
+            print(f"{section:34} {figures}")
+
+
+if __name__ == "__main__":
+    main()
