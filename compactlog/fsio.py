@@ -29,7 +29,11 @@ class FileSystem:
             view = view[written:]
 
     def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> None:
-        view = memoryview(data)
+        written = os.pwrite(fd, data, position)
+        if written == len(data):
+            return  # the common case, first: single appends call this once per record
+        view = memoryview(data)[max(written, 0) :]
+        position += max(written, 0)
         while view:
             written = os.pwrite(fd, view, position)
             if written <= 0:
