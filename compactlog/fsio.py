@@ -43,8 +43,8 @@ class FileSystem:
 
     def pwritev(self, fd: int, buffers: list[bytes | memoryview], position: int) -> None:
         """Write ``buffers`` back to back at ``position`` (one system call when it can)."""
-        total = sum(len(b) for b in buffers)
         written = os.pwritev(fd, buffers, position)
+        total = sum(map(len, buffers))
         if written != total:
             self.pwrite(fd, b"".join(buffers)[written:], position + written)
 

@@ -572,7 +572,7 @@ class SegmentWriter:
         if not self.exclusive_mode:  # 1. (no other live writer can see an exclusive one's)
             self.head_map[WRITING_MARK] = 1
         try:
-            self.fs.pwrite(active.fd, data, position)
+            self.fs.pwritev(active.fd, [data], position)  # segment data always goes by pwritev
         except OSError as error:
             self._undo_partial_write(active, position)
             raise self._refusal(error) from error
@@ -625,7 +625,8 @@ class SegmentWriter:
                     if run and (
                         len(run) >= IOV_MAX or self._should_roll(run_bytes + size, timestamp)
                     ):
-                        self._write_bytes_locked(run, run_bytes, timestamp, self.end_offset)
+                        next_offset = self.end_offset + len(run)
+                        self._write_bytes_locked(run, run_bytes, timestamp, next_offset)
                         run, run_bytes = [], 0
                     offset = self.end_offset + len(run)
                     data = encode_single(key, value, timestamp, headers, offset)
@@ -660,10 +661,7 @@ class SegmentWriter:
         if not self.exclusive_mode:  # (no other live writer can see an exclusive one's mark)
             self.head_map[WRITING_MARK] = 1
         try:
-            if len(parts) == 1:
-                self.fs.pwrite(active.fd, parts[0], position)
-            else:
-                self.fs.pwritev(active.fd, parts, position)
+            self.fs.pwritev(active.fd, parts, position)
         except OSError as error:
             self._undo_partial_write(active, position)
             raise self._refusal(error) from error
