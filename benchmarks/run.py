@@ -3,8 +3,9 @@
     python -m benchmarks.run            # full run (a few minutes on 2 cores)
     python -m benchmarks.run --quick    # small smoke run; writes under bench-data/quick
 
-The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``
-and ``bench_subscriber.run()`` are added when those modules exist and return a dict.
+The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
+``bench_subscriber.run()`` and ``bench_jlog.run(records=...)`` (record at a time against
+JLog's C library, built on first use) are added when those modules exist and return a dict.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .common import BENCH_ROOT, REPO_ROOT, Measurement, machine_info, max_rss_by
 OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
+    ("bench_jlog", lambda sizes: {"records": sizes.records}),
 )
 
 
@@ -140,7 +142,11 @@ def _cell(value: Any) -> str:
 
 
 def other_table(name: str, figures: dict[str, Any]) -> str:
-    lines = [f"### {name}", "", "| Figure | Value |", "|---|---|"]
+    """The figures as a table; a ``markdown`` entry (a module's own table) goes first."""
+    figures = dict(figures)
+    own = figures.pop("markdown", None)
+    lines = [f"### {name}", ""] + ([str(own), ""] if own else [])
+    lines += ["| Figure | Value |", "|---|---|"]
     lines += [f"| {key} | {_cell(value)} |" for key, value in _flatten(figures)]
     return "\n".join(lines)
 
