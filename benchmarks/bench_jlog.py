@@ -39,7 +39,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,7 @@ class JLog:
         ]
         lib.jlog_ctx_read_checkpoint.argtypes = [ctypes.c_void_p, ctypes.POINTER(self.Id)]
         self.lib = lib
+        self.expected = 0  # records a reader must find
 
     def create(self, path: Path, subscriber: bytes = b"bench") -> None:
         ctx = self.lib.jlog_new(os.fsencode(path))
@@ -189,33 +190,41 @@ class JLog:
         self._ok(self.lib.jlog_ctx_open_writer(ctx), ctx, "jlog_ctx_open_writer")
         return ctx
 
-    def read_all(self, path: Path, subscriber: bytes = b"bench") -> tuple[int, int]:
-        """Read every message once; returns (messages, bytes)."""
+    def reader(self, path: Path, chunk: int, subscriber: bytes = b"bench") -> Steps:
+        """Read every message once, ``chunk`` at a time (see :func:`interleaved`)."""
         lib = self.lib
         ctx = lib.jlog_new(os.fsencode(path))
         self._ok(lib.jlog_ctx_open_reader(ctx, subscriber), ctx, "jlog_ctx_open_reader")
         first, last, cur = self.Id(), self.Id(), self.Id()
         message = self.Message()
         read_interval, read_message = lib.jlog_ctx_read_interval, lib.jlog_ctx_read_message
-        string_at = ctypes.string_at
-        count = size = 0
+        string_at, byref = ctypes.string_at, ctypes.byref
+        count = 0
+        yield
         try:
+            left = 0
             while True:
-                n = read_interval(ctx, ctypes.byref(first), ctypes.byref(last))
-                if n <= 0:
-                    self._ok(n, ctx, "jlog_ctx_read_interval")
-                    break
-                cur.log, cur.marker = first.log, first.marker
-                for _ in range(n):
-                    if read_message(ctx, ctypes.byref(cur), ctypes.byref(message)) != 0:
+                done = 0
+                while done < chunk:
+                    if not left:
+                        lib.jlog_ctx_read_checkpoint(ctx, byref(last))
+                        left = read_interval(ctx, byref(first), byref(last))
+                        if left <= 0:
+                            break
+                        cur.log, cur.marker = first.log, first.marker
+                    if read_message(ctx, byref(cur), byref(message)) != 0:
                         raise JLogUnavailable("jlog_ctx_read_message failed")
-                    size += len(string_at(message.mess, message.mess_len))
-                    count += 1
+                    string_at(message.mess, message.mess_len)
                     cur.marker += 1
-                lib.jlog_ctx_read_checkpoint(ctx, ctypes.byref(last))
+                    left -= 1
+                    done += 1
+                count += done
+                yield
+                if done < chunk:
+                    break
         finally:
             lib.jlog_ctx_close(ctx)
-        return count, size
+        check(count == self.expected, f"JLog read {count} records")
 
     def _ok(self, rc: int, ctx: int, what: str) -> None:
         if rc < 0:
@@ -232,103 +241,158 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def raw_write(path: Path, records: Sequence[tuple[bytes, bytes]]) -> None:
-    """The issue's raw loop: header + key + value, CRC included, one ``os.write`` each."""
+Steps = Generator[None, None, None]
+
+
+def interleaved(systems: dict[str, Callable[[], Steps]], say: Callable[[str], None]):
+    """Run the systems in rounds, one step of each per round, summing each one's step times.
+
+    Each system is a generator: the code up to its first ``yield`` is untimed setup, each
+    later step (a chunk of records, then the final flush) is timed, and what follows its
+    last ``yield`` is untimed teardown. Interleaving gives every system the same share of
+    whatever else the machine is doing (it has 2 cores shared with other work), so ratios
+    taken in one run hold even when absolute figures move. A system that cannot run (JLog
+    not built) gets ``None`` and its reason."""
+    running: dict[str, Steps] = {}
+    times: dict[str, tuple[float | None, str]] = {}
+    for name, make in systems.items():
+        try:
+            steps = make()
+            next(steps)
+        except JLogUnavailable as error:
+            times[name] = (None, f"JLog unavailable: {error}")
+            continue
+        running[name] = steps
+        times[name] = (0.0, "")
+    say(f"  {', '.join(running)}")
+    while running:
+        for name, steps in list(running.items()):
+            started = time.perf_counter()
+            try:
+                next(steps)
+            except StopIteration:
+                del running[name]
+                continue
+            elapsed = time.perf_counter() - started
+            times[name] = ((times[name][0] or 0.0) + elapsed, "")
+    return times
+
+
+def raw_writer(path: Path, chunks: list[Sequence[tuple[bytes, bytes]]]) -> Steps:
+    """The issue's raw loop: header + key + value, CRC included, one ``os.write`` each (no
+    fsync: the floor; the compactlog rows include their final fsync)."""
     from compactlog.format import crc32c
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     write, pack = os.write, RAW_HEADER.pack
+    offset = 0
+    yield
     try:
-        for offset, (key, value) in enumerate(records):
-            body = key + value
-            write(fd, pack(24 + len(body), crc32c(body), offset, len(key), len(value)) + body)
-    finally:  # no fsync: the issue's loop, the floor (our rows include their final fsync)
+        for chunk in chunks:
+            for key, value in chunk:
+                body = key + value
+                write(fd, pack(24 + len(body), crc32c(body), offset, len(key), len(value)) + body)
+                offset += 1
+            yield
+    finally:
         os.close(fd)
 
 
-def raw_read(path: Path) -> int:
-    """Read the raw loop's file back record by record (CRC checked): its reading floor."""
+def raw_reader(path: Path, chunk: int, expected: int) -> Steps:
+    """The raw file read back record by record, CRC checked: the reading floor."""
     from compactlog.format import crc32c
 
     data = path.read_bytes()
     unpack = RAW_HEADER.unpack_from
     pos = count = 0
+    yield
     while pos < len(data):
-        length, crc, _offset, key_length, _value_length = unpack(data, pos)
-        body = data[pos + 24 : pos + length]
-        check(crc32c(body) == crc, "raw file damaged")
-        _key, _value = body[:key_length], body[key_length:]
-        pos += length
-        count += 1
-    return count
+        stop = count + chunk
+        while pos < len(data) and count < stop:
+            length, crc, _offset, key_length, _value_length = unpack(data, pos)
+            body = data[pos + 24 : pos + length]
+            check(crc32c(body) == crc, "raw file damaged")
+            _key, _value = body[:key_length], body[key_length:]
+            pos += length
+            count += 1
+        yield
+    check(count == expected, f"raw read {count} records")
 
 
-class Timer:
-    """Runs named steps, keeps (seconds, note) per row; a failing step records why."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
-        self.rows: dict[str, tuple[float | None, str]] = {}
-
-    def time(self, name: str, step: Callable[[], Any], note: str = "") -> Any:
-        self.say(f"  {name}")
-        started = time.perf_counter()
-        try:
-            result = step()
-        except JLogUnavailable as error:
-            self.rows[name] = (None, f"JLog unavailable: {error}")
-            return None
-        self.rows[name] = (time.perf_counter() - started, note)
-        return result
-
-
-def _ours_single(path: Path, records: Sequence[tuple[bytes, bytes]], **options: Any) -> None:
-    import compactlog
-
-    exclusive = options.pop("exclusive", False)
-    with compactlog.open(path, exclusive=exclusive, **options) as log:
-        append = log.append
-        for key, value in records:
-            append(key, value)
-        log.flush()
-
-
-def _ours_batches(path: Path, records: Sequence[tuple[bytes, bytes]]) -> None:
-    import compactlog
-
-    with compactlog.open(path) as log:
-        for i in range(0, len(records), BATCH):
-            log.append_batch(records[i : i + BATCH])
-        log.flush()
-
-
-def _ours_read(path: Path) -> int:
-    import compactlog
-
-    with compactlog.open(path, read_only=True) as log:
-        return sum(1 for _ in log.read())
-
-
-def _ours_read_batches(path: Path) -> int:
-    import compactlog
-
-    with compactlog.open(path, read_only=True) as log:
-        return sum(len(batch) for batch in log.read_batches())
-
-
-def _jlog_write(jlog: JLog | None, path: Path, records: Sequence[tuple[bytes, bytes]], safety: int):
+def jlog_writer(
+    jlog: JLog | None, path: Path, chunks: list[Sequence[tuple[bytes, bytes]]], safety: int
+) -> Steps:
     if jlog is None:
         raise JLogUnavailable(UNAVAILABLE[0])
     jlog.create(path)
     ctx = jlog.writer(path, safety)
     write = jlog.lib.jlog_ctx_write
+    yield
+    closed = False
     try:
-        for key, value in records:
-            message = key + value
-            if write(ctx, message, len(message)) != 0:
-                raise JLogUnavailable("jlog_ctx_write failed")
+        for chunk in chunks:
+            for key, value in chunk:
+                message = key + value
+                if write(ctx, message, len(message)) != 0:
+                    raise JLogUnavailable("jlog_ctx_write failed")
+            yield
+        jlog.lib.jlog_ctx_close(ctx)  # timed: its fsync is JLog's final flush
+        closed = True
+        yield
     finally:
-        jlog.lib.jlog_ctx_close(ctx)
+        if not closed:
+            jlog.lib.jlog_ctx_close(ctx)
+
+
+def ours_writer(
+    path: Path, chunks: list[Sequence[tuple[bytes, bytes]]], *, batch: bool = False, **options: Any
+) -> Steps:
+    import compactlog
+
+    exclusive = options.pop("exclusive", False)
+    log = compactlog.open(path, exclusive=exclusive, **options)
+    yield
+    try:
+        append, append_batch = log.append, log.append_batch
+        for chunk in chunks:
+            if batch:
+                for i in range(0, len(chunk), BATCH):
+                    append_batch(chunk[i : i + BATCH])
+            else:
+                for key, value in chunk:
+                    append(key, value)
+            yield
+        log.flush()  # timed: the final flush makes every record durable
+        yield
+    finally:
+        log.close()
+
+
+def ours_reader(path: Path, chunk: int, expected: int, *, columnar: bool) -> Steps:
+    import compactlog
+
+    log = compactlog.open(path, read_only=True)
+    count = 0
+    yield
+    try:
+        if columnar:
+            rows = 0
+            for batch in log.read_batches():
+                rows += len(batch)
+                if rows >= chunk:
+                    count += rows
+                    rows = 0
+                    yield
+            count += rows
+        else:
+            for i, _record in enumerate(log.read(), 1):
+                if i % chunk == 0:
+                    yield
+                count = i
+        yield
+    finally:
+        log.close()
+    check(count == expected, f"compactlog read {count} records")
 
 
 UNAVAILABLE = [""]
@@ -338,71 +402,88 @@ def run(
     records: int = 1_000_000,
     root: Path | None = None,
     say: Callable[[str], None] = print,
+    chunk: int = 50_000,
 ) -> dict[str, Any]:
-    """Every row once (1M records per row take minutes on 2 cores); returns the figures
-    and a markdown table (``markdown``) for ``docs/benchmarks.md``."""
+    """Every row once, the systems interleaved in rounds of ``chunk`` records; returns the
+    figures and a markdown table (``markdown``) for ``docs/benchmarks.md``."""
     data = make_records(records)
+    chunks = [data[i : i + chunk] for i in range(0, records, chunk)]
     payload = sum(len(k) + len(v) for k, v in data)
     jlog: JLog | None = None
     try:
         jlog = JLog(build_jlog())
+        jlog.expected = records
     except JLogUnavailable as error:
         UNAVAILABLE[0] = str(error)
         say(f"JLog unavailable: {error}")
     load_before = os.getloadavg()
     base = Path(tempfile.mkdtemp(prefix="jlog-", dir=root))
-    timer = Timer(say)
-    sizes: dict[str, int | None] = {}
+    paths = {name: base / name for name in ("raw", "jlog", "jlog-unsafe", "single", "batches")}
     try:
-        p = base / "raw.bin"
-        timer.time("write: raw Python loop", lambda: raw_write(p, data))
-        sizes["raw Python loop"] = directory_bytes(p)
-        timer.time("read: raw Python loop", lambda: check(raw_read(p) == records, "raw read"))
-
-        for name, safety in (("default", JLOG_ALMOST_SAFE), ("unsafe", JLOG_UNSAFE)):
-            p = base / f"jlog-{name}"
-            timer.time(f"write: JLog {name}", lambda p=p, s=safety: _jlog_write(jlog, p, data, s))
-        p = base / "jlog-default"
-        if jlog is not None and p.exists():
-            sizes["JLog"] = directory_bytes(p)
-            timer.time("read: JLog", lambda: check(jlog.read_all(p)[0] == records, "jlog read"))
-        else:
-            timer.rows["read: JLog"] = (None, f"JLog unavailable: {UNAVAILABLE[0]}")
-
-        singles = base / "ours-default"
-        timer.time("write: append() default", lambda: _ours_single(singles, data))
-        sizes["compactlog, single appends"] = directory_bytes(singles)
-        for name, options in (
-            ("exclusive=True", {"exclusive": True}),
-            ("4 MiB precommit", {"precommit_bytes": 4 << 20}),
-            ("linger_ms=5", {"linger_ms": 5}),
-        ):
-            p = base / f"ours-{name.split('=')[0].replace(' ', '-')}"
-            timer.time(f"write: append() {name}", lambda p=p, o=options: _ours_single(p, data, **o))
-        batches = base / "ours-batches"
-        timer.time("write: append_batch() x 1,000", lambda: _ours_batches(batches, data))
-        sizes["compactlog, batches of 1,000"] = directory_bytes(batches)
-
-        timer.time(
-            "read: read() of single appends", lambda: check(_ours_read(singles) == records, "read")
+        say("writes")
+        rows = interleaved(
+            {
+                "write: raw Python loop": lambda: raw_writer(paths["raw"], chunks),
+                "write: JLog default": lambda: jlog_writer(
+                    jlog, paths["jlog"], chunks, JLOG_ALMOST_SAFE
+                ),
+                "write: JLog unsafe": lambda: jlog_writer(
+                    jlog, paths["jlog-unsafe"], chunks, JLOG_UNSAFE
+                ),
+                "write: append() default": lambda: ours_writer(paths["single"], chunks),
+                "write: append() exclusive=True": lambda: ours_writer(
+                    base / "exclusive", chunks, exclusive=True
+                ),
+                "write: append() 4 MiB precommit": lambda: ours_writer(
+                    base / "precommit", chunks, precommit_bytes=4 << 20
+                ),
+                "write: append() linger_ms=5": lambda: ours_writer(
+                    base / "linger", chunks, linger_ms=5
+                ),
+                "write: append_batch() x 1,000": lambda: ours_writer(
+                    paths["batches"], chunks, batch=True
+                ),
+            },
+            say,
         )
-        timer.time(
-            "read: read_batches() of single appends",
-            lambda: check(_ours_read_batches(singles) == records, "read_batches"),
-        )
-        timer.time(
-            "read: read_batches() of batches",
-            lambda: check(_ours_read_batches(batches) == records, "rb"),
+        sizes = {
+            "raw Python loop": directory_bytes(paths["raw"]),
+            "JLog": directory_bytes(paths["jlog"]) if paths["jlog"].exists() else None,
+            "compactlog, single appends": directory_bytes(paths["single"]),
+            "compactlog, batches of 1,000": directory_bytes(paths["batches"]),
+        }
+        say("reads")
+        rows.update(
+            interleaved(
+                {
+                    "read: raw Python loop": lambda: raw_reader(paths["raw"], chunk, records),
+                    "read: JLog": lambda: (
+                        jlog.reader(paths["jlog"], chunk)
+                        if jlog is not None
+                        else jlog_writer(None, paths["jlog"], [], 0)
+                    ),
+                    "read: read() of single appends": lambda: ours_reader(
+                        paths["single"], chunk, records, columnar=False
+                    ),
+                    "read: read_batches() of single appends": lambda: ours_reader(
+                        paths["single"], chunk, records, columnar=True
+                    ),
+                    "read: read_batches() of batches": lambda: ours_reader(
+                        paths["batches"], chunk, records, columnar=True
+                    ),
+                },
+                say,
+            )
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     load_after = os.getloadavg()
-    figures = _figures(timer.rows, records)
+    figures = _figures(rows, records)
     figures["bytes_on_disk"] = sizes
     figures["payload_bytes"] = payload
     figures["load_average"] = f"{load_before[0]:.2f} before, {load_after[0]:.2f} after"
     figures["jlog"] = "built" if jlog is not None else f"unavailable: {UNAVAILABLE[0]}"
-    figures["markdown"] = markdown(timer.rows, records, sizes, figures["load_average"])
+    figures["markdown"] = markdown(rows, records, sizes, figures["load_average"])
     return figures
 
 
@@ -480,8 +561,9 @@ def markdown(
         return "n/a" if a is None or b is None else f"{a / b:.2f}x"
 
     lines = [
-        f"{records:,} records of 16 B keys + 100 B values, each row once, one process; "
-        f"load average {load}.",
+        f"{records:,} records of 16 B keys + 100 B values, one process, every system run in "
+        f"interleaved rounds of the same records (so all see the same machine load); load "
+        f"average {load}.",
         "",
         "| record at a time | JLog C | compactlog | raw Python loop | ours / JLog | ours / raw |",
         "|---|---|---|---|---|---|",
