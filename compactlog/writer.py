@@ -886,8 +886,11 @@ class SegmentWriter:
         with self.lock:
             if self.closed or self._sync_failed is not None:
                 return
-            if buffer.count and time.monotonic() - buffer.started >= older_than:
-                self._flush_linger_or_refuse()
+            if not buffer.count or time.monotonic() - buffer.started < older_than:
+                return
+            self._flush_linger_or_refuse()
+        if self._sync_always:
+            self.sync_all()  # the timer's write is as durable as any other under "always"
 
     def _flush_linger_or_refuse(self) -> None:
         try:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import compactlog
 from compactlog import filenames
 from compactlog.format import encode_batch, encode_headers, encode_single
+from compactlog.fsio import FileSystem
 from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
 
 from .helpers import FailingFS
@@ -307,3 +308,20 @@ def test_a_lingering_writer_holds_other_writers_off_until_it_flushes(log_dir):
 def test_linger_settings_are_validated(log_dir, config, message):
     with pytest.raises(compactlog.ConfigError, match=message):
         compactlog.open(log_dir, **config)
+
+
+def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
+    class CountingFS(FileSystem):
+        syncs = 0
+
+        def fdatasync(self, fd: int) -> None:
+            CountingFS.syncs += 1
+            super().fdatasync(fd)
+
+    with compactlog.open(log_dir, _fs=CountingFS(), linger_ms=5, sync="always") as log:
+        before = CountingFS.syncs
+        log.append(b"k", b"v")
+        deadline = time.monotonic() + 30
+        while CountingFS.syncs == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert log.end_offset == 1 and CountingFS.syncs > before
