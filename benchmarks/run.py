@@ -4,8 +4,9 @@
     python -m benchmarks.run --quick    # small smoke run; writes under bench-data/quick
 
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
-``bench_subscriber.run()`` and ``bench_cleaner.run()`` are added when those modules exist
-and return a dict.
+``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)`` and
+``bench_jlog.run(records=...)`` (record at a time against JLog's C library, built on first
+use) are added when those modules exist and return a dict.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OPTIONAL = (
     ("bench_subscriber", lambda sizes: {}),
     ("bench_cleaner", lambda sizes: {}),
     ("bench_readback", lambda sizes: {"records": sizes.records}),
+    ("bench_jlog", lambda sizes: {"records": sizes.records}),
 )
 
 
@@ -143,7 +145,11 @@ def _cell(value: Any) -> str:
 
 
 def other_table(name: str, figures: dict[str, Any]) -> str:
-    lines = [f"### {name}", "", "| Figure | Value |", "|---|---|"]
+    """The figures as a table; a ``markdown`` entry (a module's own table) goes first."""
+    figures = dict(figures)
+    own = figures.pop("markdown", None)
+    lines = [f"### {name}", ""] + ([str(own), ""] if own else [])
+    lines += ["| Figure | Value |", "|---|---|"]
     lines += [f"| {key} | {_cell(value)} |" for key, value in _flatten(figures)]
     return "\n".join(lines)
 

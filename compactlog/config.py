@@ -1,7 +1,8 @@
 """Log configuration: names, defaults, validation, merging with the stored config.
 
-Names follow Kafka's topic configs in snake_case, plus JLog's ``precommit_bytes`` and workq's
-sync policies. The config given when a log is created is stored in its ``meta`` file; config
+Names follow Kafka's topic configs in snake_case, plus JLog's ``precommit_bytes``, workq's
+sync policies and Kafka's producer linger (``linger_ms``, ``batch_records``). The config
+given when a log is created is stored in its ``meta`` file; config
 passed on a later open is merged into the stored one and persisted.
 """
 
@@ -43,6 +44,8 @@ class LogConfig:
     sync: str = "interval"
     sync_interval_ms: int = 1000
     precommit_bytes: int = 0
+    linger_ms: int = 0
+    batch_records: int = 1000
     cleaner_buffer_bytes: int = 32 * MIB
     cleaner_io_bytes_per_second: int | None = None
     cleaner_merge_batch_bytes: int = 1 * MIB
@@ -109,6 +112,13 @@ class LogConfig:
         if 0 < self.precommit_bytes < 4 * KIB:
             raise ConfigError(
                 f"precommit_bytes must be 0 or at least 4096, not {self.precommit_bytes}"
+            )
+        _int("linger_ms", self.linger_ms, minimum=0, maximum=60_000)
+        _int("batch_records", self.batch_records, minimum=1, maximum=1_000_000)
+        if self.linger_ms and self.precommit_bytes:
+            raise ConfigError(
+                "linger_ms and precommit_bytes both buffer single appends; set one of them "
+                "(precommit_bytes is the crash-safe one)"
             )
         _int("cleaner_buffer_bytes", self.cleaner_buffer_bytes, minimum=4 * KIB)
         _int(

@@ -37,6 +37,7 @@ META = "meta"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 PRECOMMIT = "pre_commit"
 WRITER_LOCK = ".lock"
+WRITERS_LOCK = ".writers.lock"  # shared by every writable open, exclusive for exclusive=True
 CLEANER_LOCK = ".cleaner.lock"
 CLEAN_SHUTDOWN = "clean_shutdown"
 QUARANTINE_SUFFIX = ".quarantine"
@@ -73,6 +74,7 @@ _FIXED = {
     CLEANER_CHECKPOINT: FileKind.CLEANER_CHECKPOINT,
     PRECOMMIT: FileKind.PRECOMMIT,
     WRITER_LOCK: FileKind.LOCK,
+    WRITERS_LOCK: FileKind.LOCK,
     CLEANER_LOCK: FileKind.LOCK,
     CLEAN_SHUTDOWN: FileKind.CLEAN_SHUTDOWN,
 }

@@ -371,6 +371,55 @@ def _encode_one(
     )
 
 
+_LENGTH_CRC = struct.Struct("<II")  # batch header bytes [0, 8)
+_HEADER_TAIL = struct.Struct("<BBHqIIqqI")  # batch header bytes [8, 48), the CRC covers them
+_SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+assert _LENGTH_CRC.size + _HEADER_TAIL.size == BATCH_HEADER.size
+
+
+def encode_single(
+    key: bytes | None, value: bytes | None, timestamp: int, headers: bytes, base_offset: int
+) -> bytes:
+    """One uncompressed record as a whole one-record batch, header included.
+
+    The single-append path: byte for byte what ``encode_batch([key], [value], timestamp,
+    ...).to_bytes(base_offset)`` gives, without numpy and without an intermediate object, so
+    that its only allocations are the record's bytes and the few small ``struct`` packs.
+    ``key`` and ``value`` must already be checked (bytes or ``None``); ``headers`` is the
+    encoded header block (``encode_headers``) or ``b""``.
+    """
+    if headers:
+        body = b"".join(
+            (
+                _THREE_LENGTHS.pack(
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    len(headers),
+                ),
+                key or b"",
+                value or b"",
+                headers,
+            )
+        )
+        flags = _SINGLE_FLAGS | FLAG_HEADERS
+    else:
+        body = b"".join(
+            (
+                _TWO_LENGTHS.pack(
+                    -1 if key is None else len(key), -1 if value is None else len(value)
+                ),
+                key or b"",
+                value or b"",
+            )
+        )
+        flags = _SINGLE_FLAGS
+    length = len(body)
+    tail = _HEADER_TAIL.pack(
+        BATCH_MAGIC, CODEC_NONE, flags, base_offset, 1, 0, timestamp, timestamp, length
+    )
+    return b"".join((_LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
+
+
 def validate_column(items: Sequence[Any], what: str, *, allow_none: bool) -> None:
     """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None)."""
     from .errors import InvalidRecordError

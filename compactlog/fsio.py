@@ -29,7 +29,11 @@ class FileSystem:
             view = view[written:]
 
     def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> None:
-        view = memoryview(data)
+        written = os.pwrite(fd, data, position)
+        if written == len(data):
+            return  # the common case, first: single appends call this once per record
+        view = memoryview(data)[max(written, 0) :]
+        position += max(written, 0)
         while view:
             written = os.pwrite(fd, view, position)
             if written <= 0:
@@ -39,8 +43,8 @@ class FileSystem:
 
     def pwritev(self, fd: int, buffers: list[bytes | memoryview], position: int) -> None:
         """Write ``buffers`` back to back at ``position`` (one system call when it can)."""
-        total = sum(len(b) for b in buffers)
         written = os.pwritev(fd, buffers, position)
+        total = sum(map(len, buffers))
         if written != total:
             self.pwrite(fd, b"".join(buffers)[written:], position + written)
 

@@ -9,11 +9,25 @@ A writer that finds the head equal to its own cached view (and the active segmen
 disk equal to ``active_size``) knows nobody else wrote and appends at once; otherwise it
 re-reads the directory and validates the tail (see ``writer.SegmentWriter._refresh``).
 Readers may read the head without any lock: the CRC tells a torn read, which they retry.
+
+Byte 36 of ``.lock`` is the *writing mark*: a writer sets it to 1 (a store into its mmap of
+the file, no system call) before it writes a batch, and the ``pwrite`` that publishes the new
+head writes bytes [0, 37) and so clears it. A writer that finds the head and the mark exactly
+as it last published them therefore knows, without reading the segment's size, that nobody
+else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
+sends the next writer through the full validation. The file is 64 bytes long.
+
+``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
+it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
+exclusive`` into it), so an exclusive writer and any other writer refuse each other at
+open, with an error naming the exclusive holder's pid, never by blocking. A killed process's
+locks go with it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import struct
 from typing import NamedTuple
@@ -24,6 +38,11 @@ HEAD = struct.Struct("<IIqqqI")
 HEAD_MAGIC = 0x44484C43  # "CLHD"
 FLAG_PRECOMMIT_PENDING = 1
 assert HEAD.size == 36
+WRITING_MARK = HEAD.size  # byte 36 of .lock: 1 while a writer is between data and head
+PUBLISHED_SIZE = HEAD.size + 1  # what publishing a head writes: the head and a cleared mark
+LOCK_FILE_SIZE = 64
+_HEAD_FIELDS = struct.Struct("<IIqqq")  # the head without its CRC
+_HEAD_CRC_MARK = struct.Struct("<IB")  # the CRC and a cleared writing mark
 
 
 class Head(NamedTuple):
@@ -84,3 +103,65 @@ def try_lock_exclusive(fd: int) -> bool:
 
 def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def encode_published(flags: int, active_base: int, end_offset: int, active_size: int) -> bytes:
+    """The bytes a writer publishes at position 0 of ``.lock``: the head, the mark cleared.
+    (Fields as arguments, not a :class:`Head`: this runs once per append.)"""
+    fields = _HEAD_FIELDS.pack(HEAD_MAGIC, flags, active_base, end_offset, active_size)
+    return fields + _HEAD_CRC_MARK.pack(crc32c(fields), 0)
+
+
+def map_lock_file(path: str) -> mmap.mmap:
+    """Map the first :data:`LOCK_FILE_SIZE` bytes of ``.lock`` (grown to that size first:
+    growing only appends zeros, so it is safe against a concurrent writer).
+
+    The map gets its own open file description, so that the writer's ``flock`` descriptor
+    stays the only thing holding the lock: closing it releases the lock, as before."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        if os.fstat(fd).st_size < LOCK_FILE_SIZE:
+            os.ftruncate(fd, LOCK_FILE_SIZE)
+        return mmap.mmap(fd, LOCK_FILE_SIZE)
+    finally:
+        os.close(fd)
+
+
+def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
+    """Take ``.writers.lock`` for a writable open (see the module docstring); returns the
+    descriptor, whose closing releases it. Raises :class:`LogLockedError` at once when an
+    exclusive writer holds the log, or, for ``exclusive``, when any other writer does."""
+    from .errors import LogLockedError
+
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            if exclusive:
+                raise LogLockedError(
+                    "exclusive=True needs to be the only writer, but another process has this "
+                    f"log open for writing{f' ({holder})' if holder else ''}",
+                    path=directory,
+                ) from None
+            raise LogLockedError(
+                "this log is open for writing with exclusive=True by another process "
+                f"({holder or 'pid unknown'}); it must close before others can write",
+                path=directory,
+            ) from None
+        if exclusive:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} exclusive\n".encode(), 0)
+        elif os.fstat(fd).st_size:
+            os.ftruncate(fd, 0)  # left by a killed exclusive writer (we got the lock: it is gone)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release_writer(fd: int, *, exclusive: bool) -> None:
+    if exclusive:
+        os.ftruncate(fd, 0)  # no stale pid for the next holder's error messages
+    os.close(fd)

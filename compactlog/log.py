@@ -29,7 +29,14 @@ from .errors import (
 )
 from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
 from .fsio import DEFAULT_FS, FileSystem
-from .head import lock_exclusive, read_head_file, try_lock_exclusive, unlock
+from .head import (
+    lock_exclusive,
+    read_head_file,
+    register_writer,
+    release_writer,
+    try_lock_exclusive,
+    unlock,
+)
 from .reader import iter_batches
 from .segment import list_segments, segment_path
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
@@ -41,7 +48,15 @@ def wall_clock_ms() -> int:
 
 
 class Log:
-    """An open log. Thread-safe; share one per process, or open it in many processes."""
+    """An open log. Thread-safe; share one per process, or open it in many processes.
+
+    ``exclusive=True`` makes this open the log's only writer for its lifetime (Kafka's one
+    leader per partition): the writers' lock is taken once, so a single append is one
+    ``pwrite`` of the record and one of the head. Any other writable open, in any process,
+    is refused with :class:`LogLockedError` naming this process's pid (and an exclusive open
+    is refused while another writer has the log open). Readers, subscribers and read-only
+    tools are unaffected; the lock goes with the process if it is killed.
+    """
 
     def __init__(
         self,
@@ -49,12 +64,17 @@ class Log:
         *,
         create: bool = True,
         read_only: bool = False,
+        exclusive: bool = False,
         clock: Callable[[], int] | None = None,
         _fs: FileSystem | None = None,
         **config: Any,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(path))
         self.read_only = read_only
+        if exclusive and read_only:
+            raise ConfigError("exclusive=True is for writers; a read_only open takes no lock")
+        self.exclusive = exclusive
+        self._writers_fd = -1
         self.clock: Callable[[], int] = clock or wall_clock_ms
         self.fs = _fs or DEFAULT_FS
         self._closed = False
@@ -62,23 +82,33 @@ class Log:
         self._subscribers: weakref.WeakSet[Any] = weakref.WeakSet()  # closed by close()
         self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
         self.recovery_report: list[str] = []
-        self.meta = self._load_or_create(create, config)
         self.writer: SegmentWriter | None = None
-        if not read_only:
-            self.writer = SegmentWriter(
-                self.directory,
-                self.fs,
-                self.meta.config,
-                self.clock,
-                lambda: self.meta.log_start_offset,
-            )
-            try:
-                with self.writer.exclusive():
-                    self.recovery_report = recovery.recover_on_open(self)
-            except BaseException:
-                self.writer.close()
-                raise
-            self.writer.start_background()
+        try:
+            self.meta = self._load_or_create(create, config)
+            if not read_only:
+                self.writer = SegmentWriter(
+                    self.directory,
+                    self.fs,
+                    self.meta.config,
+                    self.clock,
+                    lambda: self.meta.log_start_offset,
+                    exclusive=exclusive,
+                )
+                try:
+                    with self.writer.exclusive():
+                        self.recovery_report = recovery.recover_on_open(self)
+                except BaseException:
+                    self.writer.close()
+                    raise
+                self.writer.start_background()
+        except BaseException:
+            self._release_writers_lock()
+            raise
+
+    def _release_writers_lock(self) -> None:
+        if self._writers_fd >= 0:
+            release_writer(self._writers_fd, exclusive=self.exclusive)
+            self._writers_fd = -1
 
     # -- opening -----------------------------------------------------------------------
     def _load_or_create(self, create: bool, config: Mapping[str, Any]) -> Meta:
@@ -96,6 +126,12 @@ class Log:
         if self.read_only:
             return self._load_or_create_locked(create, config)
         self._refuse_foreign_directory()  # before a lock file is put into it
+        # refused at once (never blocked) when an exclusive writer holds the log
+        self._writers_fd = register_writer(
+            self.directory,
+            os.path.join(self.directory, filenames.WRITERS_LOCK),
+            exclusive=self.exclusive,
+        )
         fd = os.open(
             os.path.join(self.directory, filenames.WRITER_LOCK),
             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
@@ -213,34 +249,48 @@ class Log:
         timestamp_ms: int | None = None,
         headers: Mapping[str, bytes] | None = None,
     ) -> int:
-        """Append one record; returns its offset. ``value=None`` appends a tombstone."""
+        """Append one record; returns its offset. ``value=None`` appends a tombstone.
+
+        With the default settings the record is visible to every reader when this returns
+        and durable per the ``sync`` policy. With ``precommit_bytes`` it waits in the
+        crash-safe precommit buffer, with ``linger_ms`` in memory (lost if the process is
+        killed), until the next flush; see the user guide.
+        """
         writer = self.writer
         if writer is None or self._closed:
             writer = self._writable()
         config = self.meta.config
-        if type(key) is not bytes or (value is not None and type(value) is not bytes):
+        if type(key) is bytes and type(value) is bytes:
+            size = len(key) + len(value)
+        else:
             _check_record(key, value, config.compacted)
-        key_length = -1 if key is None else len(key)
-        value_length = -1 if value is None else len(value)
-        size = max(key_length, 0) + max(value_length, 0)
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
         if size > config.max_record_bytes:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max_record_bytes={config.max_record_bytes}",
                 path=self.directory,
             )
-        timestamp = self.clock() if timestamp_ms is None else _check_timestamp(timestamp_ms)
+        if timestamp_ms is None:
+            timestamp = self.clock()
+        else:
+            timestamp = _check_timestamp(timestamp_ms)
+        header_block = _encode_headers(headers) if headers else b""
+        if writer.linger is not None:
+            return writer.append_linger(key, value, timestamp, dict(headers) if headers else None)
         if writer.precommit is not None and config.precommit_bytes > 0:
             offset = writer.append_precommit(
                 key,
                 value,
-                key_length,
-                value_length,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
                 timestamp,
-                encode_headers(headers) if headers else b"",
+                header_block,
                 dict(headers) if headers else None,
             )
             if offset >= 0:
                 return offset
+        if config.compression == "none":
+            return writer.append_record(key, value, timestamp, header_block)
         return self._append_columns([key], [value], timestamp, [headers] if headers else None).start
 
     def append_batch(
@@ -473,6 +523,7 @@ class Log:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
+            self._release_writers_lock()
 
     @property
     def closed(self) -> bool:
@@ -532,6 +583,15 @@ def _check_record(key: Any, value: Any, compacted: bool) -> None:
     validate_column([value], "value", allow_none=True)
 
 
+def _encode_headers(headers: Any) -> bytes:
+    if not isinstance(headers, Mapping):
+        raise InvalidRecordError(f"headers must be a mapping of str to bytes, not {headers!r}")
+    try:
+        return encode_headers(headers)
+    except TypeError as error:
+        raise InvalidRecordError(f"bad header: {error}") from None
+
+
 def _check_timestamp(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidRecordError(f"timestamp_ms must be a non-negative int, not {value!r}")
@@ -543,8 +603,9 @@ def open_log(
     *,
     create: bool = True,
     read_only: bool = False,
+    exclusive: bool = False,
     clock: Callable[[], int] | None = None,
     **config: Any,
 ) -> Log:
     """Open (or create) the log at ``path``. See :class:`Log`."""
-    return Log(path, create=create, read_only=read_only, clock=clock, **config)
+    return Log(path, create=create, read_only=read_only, exclusive=exclusive, clock=clock, **config)

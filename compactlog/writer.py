@@ -42,9 +42,29 @@ from typing import Any
 from . import filenames
 from .config import LogConfig
 from .errors import LogClosedError, MissingSegmentError, WriteRefusedError
-from .format import INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER, EncodedBatch, encode_batch
+from .format import (
+    BATCH_HEADER,
+    INDEX_ENTRY,
+    INDEX_FILE_HEADER,
+    SEGMENT_FILE_HEADER,
+    EncodedBatch,
+    encode_batch,
+    encode_single,
+)
 from .fsio import FileSystem
-from .head import FLAG_PRECOMMIT_PENDING, Head, encode_head, lock_exclusive, read_head, unlock
+from .head import (
+    FLAG_PRECOMMIT_PENDING,
+    PUBLISHED_SIZE,
+    WRITING_MARK,
+    Head,
+    encode_head,
+    encode_published,
+    lock_exclusive,
+    map_lock_file,
+    read_head,
+    unlock,
+)
+from .linger import LingerBuffer
 from .precommit import PrecommitBuffer
 from .segment import (
     HEADER_SIZE,
@@ -60,6 +80,7 @@ from .segment import (
 
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20
+IOV_MAX = 1024  # buffers per pwritev (Linux's limit)
 
 
 class ActiveSegment:
@@ -85,6 +106,8 @@ class SegmentWriter:
         config: LogConfig,
         clock: Callable[[], int],
         log_start: Callable[[], int],
+        *,
+        exclusive: bool = False,
     ) -> None:
         self.directory = directory
         self.fs = fs
@@ -95,6 +118,19 @@ class SegmentWriter:
         self.lock_fd = fs.open(
             os.path.join(directory, filenames.WRITER_LOCK), os.O_RDWR | os.O_CREAT
         )
+        try:
+            self.head_map = map_lock_file(os.path.join(directory, filenames.WRITER_LOCK))
+        except BaseException:
+            os.close(self.lock_fd)
+            raise
+        self._published = b""  # the bytes [0, 37) of .lock as this process last wrote them
+        # exclusive=True: the flock is taken once here and kept until close, so no other
+        # process can write and the cached head is always right (see head.py)
+        self.exclusive_mode = exclusive
+        self._sync_always = config.sync == "always"
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms if config.segment_ms is not None else 1 << 62
+        self._index_interval = config.index_interval_bytes
         self.active: ActiveSegment | None = None
         self.end_offset = 0
         self.closed = False
@@ -123,13 +159,25 @@ class SegmentWriter:
             self.precommit = PrecommitBuffer(
                 os.path.join(directory, filenames.PRECOMMIT), config.precommit_bytes
             )
+        # concurrent single appends: a thread that finds the writer busy queues its record,
+        # and whoever takes the lock next writes every queued record with one pwritev
+        self._queue: list[list[Any]] = []
+        self._queue_lock = threading.Lock()
+        # linger (linger.py): single appends held in memory, written as one batch
+        self.linger: LingerBuffer | None = LingerBuffer() if config.linger_ms > 0 else None
+        self._holding_for_linger = False
         self._stop = threading.Event()
         self._background: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start_background(self) -> None:
-        """Start the interval thread (interval fsync and precommit materialization)."""
-        if self.config.sync == "interval" or self.config.precommit_bytes > 0:
+        """Start the interval thread (interval fsync, precommit materialization and the
+        linger timer)."""
+        if (
+            self.config.sync == "interval"
+            or self.config.precommit_bytes > 0
+            or self.linger is not None
+        ):
             self._background = threading.Thread(
                 target=self._background_loop, name="compactlog-sync", daemon=True
             )
@@ -137,14 +185,32 @@ class SegmentWriter:
 
     def _background_loop(self) -> None:
         interval = self.config.sync_interval_ms / 1000
-        while not self._stop.wait(interval):
+        linger = self.config.linger_ms / 1000
+        next_interval = time.monotonic() + interval
+        while not self._stop.wait(self._background_wait(next_interval, linger)):
             try:
+                if self.linger is not None:
+                    self.flush_linger(older_than=linger)
+                now = time.monotonic()
+                if now < next_interval:
+                    continue
+                next_interval = now + interval
                 if self.precommit is not None and self.precommit.count:
                     self.materialize()
                 if self.config.sync == "interval":
                     self.sync_all()
             except Exception:
                 continue
+
+    def _background_wait(self, next_interval: float, linger: float) -> float:
+        now = time.monotonic()
+        wait = next_interval - now
+        buffer = self.linger
+        if buffer is not None:
+            # a racy read is fine: at worst the timer fires once more, early or late by a tick
+            due = buffer.started + linger if buffer.count else now + linger
+            wait = min(wait, due - now)
+        return max(wait, 0.0005)
 
     def close(self, on_final_head: Callable[[Head], None] | None = None) -> Head | None:
         """Materialize, fsync, release everything. Returns the final head (for the clean
@@ -174,7 +240,8 @@ class SegmentWriter:
                     os.close(self.active.fd)
                     os.close(self.active.index_fd)
                     self.active = None
-                os.close(self.lock_fd)
+                self.head_map.close()
+                os.close(self.lock_fd)  # releases the flock (kept by exclusive=True)
         return head
 
     # -- locking -----------------------------------------------------------------------
@@ -197,9 +264,14 @@ class SegmentWriter:
             yield
         finally:
             self._flock_depth -= 1
-            if self._flock_depth == 0 and not self._holding_for_precommit and self._flock_held:
+            if self._flock_depth == 0 and self._flock_held and not self._keeps_flock():
                 self._flock_held = False
                 unlock(self.lock_fd)
+
+    def _keeps_flock(self) -> bool:
+        """Whether the flock stays held between operations: for the log's lifetime with
+        ``exclusive=True``, and while a precommit or linger buffer hands out offsets."""
+        return self.exclusive_mode or self._holding_for_precommit or self._holding_for_linger
 
     def _check_open(self) -> None:
         if self.closed:
@@ -213,23 +285,36 @@ class SegmentWriter:
         return Head(flags, self.active.base, self.end_offset, self.active.size)
 
     def _publish_head(self) -> None:
-        self.fs.pwrite(self.lock_fd, encode_head(self._current_head()), 0)
+        """Write the head and clear the writing mark.
+
+        Shared writers use one ``pwrite``, which subscribers' inotify watches on ``.lock``
+        see. With ``exclusive=True`` it is a store into the mmap, no system call: readers
+        see it at once (the same page cache), but inotify does not, so subscribers of an
+        exclusive log notice new records by polling the head (their watcher falls back to it
+        by itself, within 50 ms, then reacts within 2 ms).
+        """
+        active = self.active
+        assert active is not None
+        published = encode_published(
+            FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
+            active.base,
+            self.end_offset,
+            active.size,
+        )
+        if self.exclusive_mode:
+            self.head_map[0:PUBLISHED_SIZE] = published
+        else:
+            self.fs.pwrite(self.lock_fd, published, 0)
+        self._published = published
 
     def _sync_head(self) -> None:
-        """Make this process's view match the log (caller holds both locks)."""
-        head = read_head(self.lock_fd)
-        active = self.active
-        if (
-            active is not None
-            and head is not None
-            and not head.precommit_pending
-            and head.active_base == active.base
-            and head.end_offset == self.end_offset
-            and head.active_size == active.size
-            and os.fstat(active.fd).st_size == active.size
-        ):
+        """Make this process's view match the log (caller holds both locks).
+
+        No system call when nothing changed: the head and the writing mark are read from the
+        mmap and compared with what this process last published (see ``head.py``)."""
+        if self.active is not None and self.head_map[:PUBLISHED_SIZE] == self._published:
             return
-        self._refresh(head)
+        self._refresh(read_head(self.lock_fd))
 
     # -- refresh: learn what other processes (or a crash) did --------------------------
     def _refresh(self, head: Head | None, *, trust_head: bool = True) -> None:
@@ -404,6 +489,8 @@ class SegmentWriter:
             self._check_open()
             try:
                 with self._exclusive():
+                    if self.linger is not None and self.linger.count:
+                        self._flush_linger_locked()
                     if self.precommit is not None and self.precommit.count:
                         self._materialize_locked()
                     self._check_space(total)
@@ -419,6 +506,186 @@ class SegmentWriter:
             self.sync_through(seq)
         return first, seq
 
+    def append_record(
+        self, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+    ) -> int:
+        """Append one checked, uncompressed record as a one-record batch; returns its offset.
+
+        The straight path of a single append: one ``flock`` (none with ``exclusive=True``),
+        the head compared in the mmap, the batch encoded with its offset and written with one
+        ``pwrite``, the head published (see :meth:`_publish_head`). A thread that finds
+        another one writing queues its record instead (:meth:`_append_queued`), so that
+        concurrent appends go to the file together in one ``pwritev``.
+        """
+        lock = self.lock
+        if not lock.acquire(blocking=False):
+            return self._append_queued([key, value, timestamp, headers, None])
+        try:
+            if self.closed or self._sync_failed is not None:
+                self._check_open()
+            if self._flock_held:  # exclusive=True (or a precommit buffer holds it)
+                offset = self._append_record_locked(key, value, timestamp, headers)
+            else:
+                lock_exclusive(self.lock_fd)
+                self._flock_held = True
+                try:
+                    self._sync_head()
+                    offset = self._append_record_locked(key, value, timestamp, headers)
+                finally:
+                    if not self._keeps_flock():
+                        self._flock_held = False
+                        unlock(self.lock_fd)
+            seq = self.write_seq
+        except OSError as error:  # a roll, the head or a refresh failed to write
+            raise self._refusal(error) from error
+        finally:
+            lock.release()
+        if self._sync_always:
+            self.sync_through(seq)
+        return offset
+
+    def _append_record_locked(
+        self, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
+    ) -> int:
+        """:meth:`append_record` under both locks; the crash protocol of
+        :meth:`_write_locked`, written out for one record because it runs once per append."""
+        if self.precommit is not None and self.precommit.count:
+            self._materialize_locked()
+        offset = self.end_offset
+        data = encode_single(key, value, timestamp, headers, offset)
+        size = len(data)
+        if (
+            self._bytes_since_check >= SPACE_CHECK_BYTES
+            or time.monotonic() - self._last_space_check >= SPACE_CHECK_SECONDS
+        ):
+            self._check_space(size)
+        active = self.active
+        assert active is not None
+        position = active.size
+        if (
+            position + size > self._segment_bytes
+            or (active.first_ts is not None and timestamp - active.first_ts >= self._segment_ms)
+        ) and self._should_roll(size, timestamp):
+            self._roll()
+            active = self.active
+            position = active.size
+        if not self.exclusive_mode:  # 1. (no other live writer can see an exclusive one's)
+            self.head_map[WRITING_MARK] = 1
+        try:
+            self.fs.pwritev(active.fd, [data], position)  # segment data always goes by pwritev
+        except OSError as error:
+            self._undo_partial_write(active, position)
+            raise self._refusal(error) from error
+        active.size = position + size
+        self.end_offset = offset + 1
+        if active.first_ts is None:
+            active.first_ts = timestamp
+        if position - active.last_index_pos >= self._index_interval:  # 2.
+            self._index_locked(active, offset, position)
+        self._bytes_since_check += size
+        self._publish_head()  # 3.
+        self.write_seq += 1
+        return offset
+
+    def _append_queued(self, slot: list[Any]) -> int:
+        """Queue ``[key, value, timestamp, headers, result]`` for whoever holds the lock next.
+
+        The first thread to get the lock writes the whole queue as consecutive one-record
+        batches with one ``pwritev`` (group write) and stores each record's offset (or the
+        error) in its slot; the threads whose records it wrote just read their result.
+        """
+        with self._queue_lock:
+            self._queue.append(slot)
+        with self.lock:
+            if slot[4] is None:
+                with self._queue_lock:
+                    queue, self._queue = self._queue, []
+                self._write_queue_locked(queue)
+        result = slot[4]
+        if isinstance(result, BaseException):
+            raise result
+        assert isinstance(result, tuple)
+        offset, seq = result
+        if self.config.sync == "always":
+            self.sync_through(seq)
+        return offset
+
+    def _write_queue_locked(self, queue: list[list[Any]]) -> None:
+        try:
+            self._check_open()
+            with self._exclusive():
+                if self.precommit is not None and self.precommit.count:
+                    self._materialize_locked()
+                self._check_space(sum(BATCH_HEADER.size + 12 + len(s[3]) for s in queue))
+                run: list[bytes] = []
+                run_bytes = 0
+                results: list[int] = []
+                for key, value, timestamp, headers, _ in queue:
+                    size = BATCH_HEADER.size + 8 + len(key or b"") + len(value or b"")
+                    if run and (
+                        len(run) >= IOV_MAX or self._should_roll(run_bytes + size, timestamp)
+                    ):
+                        next_offset = self.end_offset + len(run)
+                        self._write_bytes_locked(run, run_bytes, timestamp, next_offset)
+                        run, run_bytes = [], 0
+                    offset = self.end_offset + len(run)
+                    data = encode_single(key, value, timestamp, headers, offset)
+                    run.append(data)
+                    run_bytes += len(data)
+                    results.append(offset)
+                self._write_bytes_locked(run, run_bytes, timestamp, self.end_offset + len(run))
+                self._publish_head()
+                self.write_seq += 1
+                seq = self.write_seq
+        except BaseException as error:
+            failure: BaseException = error
+            if isinstance(error, OSError):
+                failure = self._refusal(error)
+            for slot in queue:
+                slot[4] = failure
+            return
+        for slot, offset in zip(queue, results, strict=True):
+            slot[4] = (offset, seq)
+
+    def _write_bytes_locked(
+        self, parts: list[bytes], size: int, max_ts: int, next_offset: int
+    ) -> None:
+        """Write whole encoded batches (``parts``, ``size`` bytes in all, holding offsets up
+        to ``next_offset``) at the end of the active segment: the single-record counterpart of
+        :meth:`_write_locked`, under the same crash protocol."""
+        if self._should_roll(size, max_ts):
+            self._roll()
+        active = self.active
+        assert active is not None
+        position = active.size
+        if not self.exclusive_mode:  # (no other live writer can see an exclusive one's mark)
+            self.head_map[WRITING_MARK] = 1
+        try:
+            self.fs.pwritev(active.fd, parts, position)
+        except OSError as error:
+            self._undo_partial_write(active, position)
+            raise self._refusal(error) from error
+        active.size = position + size
+        base_offset = self.end_offset
+        self.end_offset = next_offset
+        if active.first_ts is None:
+            active.first_ts = max_ts
+        if position - active.last_index_pos >= self.config.index_interval_bytes:
+            self._index_locked(active, base_offset, position)
+        self._bytes_since_check += size
+
+    def _index_locked(self, active: ActiveSegment, base_offset: int, position: int) -> None:
+        try:
+            self.fs.pwrite(
+                active.index_fd,
+                INDEX_ENTRY.pack(base_offset - active.base, position),
+                active.index_size,
+            )
+            active.index_size += INDEX_ENTRY.size
+            active.last_index_pos = position
+        except OSError:
+            pass  # the index is a cache; it is rebuilt when it disagrees
+
     def _write_locked(self, batch: EncodedBatch) -> None:
         if self._should_roll(batch.size, batch.max_ts):
             self._roll()
@@ -427,6 +694,7 @@ class SegmentWriter:
         position = active.size
         base_offset = self.end_offset
         header = batch.header(base_offset)
+        self.head_map[WRITING_MARK] = 1
         try:
             self.fs.pwritev(active.fd, [header, batch.body], position)
         except OSError as error:
@@ -437,16 +705,7 @@ class SegmentWriter:
         if active.first_ts is None:
             active.first_ts = batch.max_ts
         if position - active.last_index_pos >= self.config.index_interval_bytes:
-            try:
-                self.fs.pwrite(
-                    active.index_fd,
-                    INDEX_ENTRY.pack(base_offset - active.base, position),
-                    active.index_size,
-                )
-                active.index_size += INDEX_ENTRY.size
-                active.last_index_pos = position
-            except OSError:
-                pass  # the index is a cache; it is rebuilt when it disagrees
+            self._index_locked(active, base_offset, position)
         self._bytes_since_check += batch.size
 
     def _undo_partial_write(self, active: ActiveSegment, position: int) -> None:
@@ -585,7 +844,103 @@ class SegmentWriter:
             )
             return offset
 
+    # -- linger ------------------------------------------------------------------------
+    def append_linger(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: dict[str, bytes] | None,
+    ) -> int:
+        """Buffer one checked record in memory (``linger.py``); returns its offset.
+
+        The first buffered record takes the writers' lock, kept until the buffer is
+        written, so the offsets handed out are final."""
+        buffer = self.linger
+        assert buffer is not None
+        with self.lock:
+            if self.closed or self._sync_failed is not None:
+                self._check_open()
+            if not buffer.count:
+                try:
+                    with self._exclusive():
+                        if self.precommit is not None and self.precommit.count:
+                            self._materialize_locked()
+                        self._check_space(BATCH_HEADER.size)
+                        self._holding_for_linger = True
+                except OSError as error:
+                    raise self._refusal(error) from error
+                buffer.start(self.end_offset, time.monotonic())
+            offset = buffer.append(key, value, timestamp, headers)
+            if buffer.count >= self.config.batch_records or buffer.byte_count >= (
+                self.config.segment_bytes // 2
+            ):
+                self._flush_linger_or_refuse()
+        return offset
+
+    def flush_linger(self, *, older_than: float = 0.0) -> None:
+        """Write the linger buffer if it holds records buffered ``older_than`` seconds ago."""
+        buffer = self.linger
+        if buffer is None or not buffer.count:
+            return
+        with self.lock:
+            if self.closed or self._sync_failed is not None:
+                return
+            if not buffer.count or time.monotonic() - buffer.started < older_than:
+                return
+            self._flush_linger_or_refuse()
+        if self._sync_always:
+            self.sync_all()  # the timer's write is as durable as any other under "always"
+
+    def _flush_linger_or_refuse(self) -> None:
+        try:
+            with self._exclusive():
+                self._flush_linger_locked()
+        except OSError as error:
+            raise self._refusal(error) from error
+
+    def _flush_linger_locked(self) -> None:
+        """Write the buffered records as batches (caller holds both locks), then let the
+        writers' lock go. On a failed write the records not yet written stay buffered (and
+        their offsets stay reserved) for the next flush to retry."""
+        buffer = self.linger
+        assert buffer is not None
+        count = buffer.count
+        if count:
+            cuts = [(0, count)]
+            if buffer.byte_count > self.config.segment_bytes // 2:
+                sizes = [
+                    len(k or b"") + len(v or b"")
+                    for k, v in zip(buffer.keys, buffer.values, strict=True)
+                ]
+                cuts = split_points(sizes, self.config.segment_bytes)
+            written = 0
+            try:
+                for lo, hi in cuts:
+                    batch = encode_batch(
+                        buffer.keys[lo:hi],
+                        buffer.values[lo:hi],
+                        buffer.timestamps[lo:hi],
+                        headers=buffer.headers[lo:hi] if any(buffer.headers) else None,
+                        codec=1 if self.config.compression == "zstd" else 0,
+                        level=self.config.compression_level,
+                    )
+                    self._write_locked(batch)
+                    written = hi
+            finally:
+                if written:
+                    self._publish_head()
+                    self.write_seq += 1
+                    if written < count:
+                        buffer.drop_first(written)
+            buffer.clear()
+        self._holding_for_linger = False
+
     def materialize(self) -> None:
+        if self.linger is not None and self.linger.count:
+            with self.lock:
+                if not self.closed and self._sync_failed is None and self.linger.count:
+                    self._flush_linger_or_refuse()
         if self.precommit is None:
             return
         with self.lock:
@@ -641,6 +996,8 @@ class SegmentWriter:
         with self.lock:
             self._check_open()
             with self._exclusive():
+                if self.linger is not None and self.linger.count:
+                    self._flush_linger_locked()
                 yield
 
 

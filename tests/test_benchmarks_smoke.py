@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks import bench_engine, run
 
 
@@ -27,3 +29,29 @@ def test_runner_quick_mode_writes_a_report(tmp_path: Path) -> None:
     report = (out / "benchmarks.md").read_text()
     assert "| Workload | System |" in report and "SQLite" in report
     assert (out / "benchmarks.json").exists()
+
+
+def test_jlog_benchmark_runs_without_jlog_and_says_why(tmp_path: Path, monkeypatch) -> None:
+    from benchmarks import bench_jlog
+
+    def unavailable(cache=None):
+        raise bench_jlog.JLogUnavailable("no C compiler (test)")
+
+    monkeypatch.setattr(bench_jlog, "build_jlog", unavailable)
+    result = bench_jlog.run(records=500, root=tmp_path, say=lambda line: None)
+    table = result["markdown"]
+    assert "| write, default durability | n/a |" in table
+    assert "JLog unavailable: no C compiler (test)" in table
+    assert result["write: append() default"] > 0 and result["write: JLog default"] is None
+    assert result["read: read() of single appends"] > 0  # every other row ran
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jlog_benchmark_against_the_real_library_when_it_is_built(tmp_path: Path) -> None:
+    from benchmarks import bench_jlog
+
+    if not (bench_jlog.cache_dir() / "libjlog.so").exists():
+        pytest.skip("libjlog.so not built (make bench builds it on first use)")
+    result = bench_jlog.run(records=500, root=tmp_path, say=lambda line: None)
+    assert result["jlog"] == "built"
+    assert result["read: JLog"] > 0  # it read back all 500 records (checked inside)

@@ -1,0 +1,327 @@
+"""Single appends (issue 12): the one-record encoder, exclusive writers, threads writing
+together, and the producer-side linger. The kill -9 tests of these paths are in
+``test_crash.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import compactlog
+from compactlog import filenames
+from compactlog.format import encode_batch, encode_headers, encode_single
+from compactlog.fsio import FileSystem
+from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
+
+from .helpers import FailingFS
+
+# -- the one-record encoder ----------------------------------------------------------------
+
+maybe_bytes = st.none() | st.binary(max_size=64)
+header_maps = st.none() | st.dictionaries(st.text(max_size=8), st.binary(max_size=16), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=maybe_bytes,
+    value=maybe_bytes,
+    timestamp=st.integers(0, 2**63 - 1),
+    headers=header_maps,
+    base=st.integers(0, 2**62),
+)
+def test_encode_single_is_byte_for_byte_the_batch_encoder(key, value, timestamp, headers, base):
+    block = encode_headers(headers) if headers else b""
+    expected = encode_batch([key], [value], timestamp, headers=[headers]).to_bytes(base)
+    assert encode_single(key, value, timestamp, block, base) == expected
+
+
+def test_single_appends_read_back_exactly(log_dir):
+    with compactlog.open(log_dir, cleanup_policy="delete") as log:
+        assert log.append(b"k", b"v", timestamp_ms=5) == 0
+        assert log.append(None, b"no key", timestamp_ms=6) == 1
+        assert log.append(b"gone", None, timestamp_ms=7, headers={"h": b"1"}) == 2
+        assert log.append(b"", b"", timestamp_ms=8) == 3
+        got = [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in log.read()]
+    assert got == [
+        (0, b"k", b"v", 5, None),
+        (1, None, b"no key", 6, None),
+        (2, b"gone", None, 7, {"h": b"1"}),
+        (3, b"", b"", 8, None),
+    ]
+
+
+def test_bad_headers_are_refused_and_write_nothing(log_dir):
+    with compactlog.open(log_dir) as log:
+        with pytest.raises(compactlog.InvalidRecordError, match="bad header"):
+            log.append(b"k", b"v", headers={"h": "not bytes"})
+        with pytest.raises(compactlog.InvalidRecordError, match="mapping"):
+            log.append(b"k", b"v", headers=[("h", b"1")])
+        assert log.end_offset == 0
+        assert log.append(b"k", b"v") == 0
+
+
+def test_the_writing_mark_is_cleared_by_every_published_head(log_dir):
+    with compactlog.open(log_dir) as log:
+        for i in range(5):
+            log.append(b"k%d" % i, b"v")
+            with open(log_dir / filenames.WRITER_LOCK, "rb") as handle:
+                assert handle.read(PUBLISHED_SIZE)[WRITING_MARK] == 0
+        assert read_head_file(str(log_dir / filenames.WRITER_LOCK)).end_offset == 5
+
+
+def test_a_writing_mark_left_by_a_dead_writer_makes_the_next_append_validate_the_tail(log_dir):
+    with compactlog.open(log_dir) as first, compactlog.open(log_dir) as second:
+        first.append(b"a", b"1")
+        second.append(b"b", b"2")  # second has seen the head; now "first dies mid-write":
+        segment = log_dir / filenames.segment_name(0)
+        with open(segment, "ab") as handle:
+            handle.write(b"\x99" * 30)  # a torn batch ...
+        with open(log_dir / filenames.WRITER_LOCK, "r+b") as handle:
+            handle.seek(WRITING_MARK)
+            handle.write(b"\x01")  # ... after the mark, before the head
+        assert second.append(b"c", b"3") == 2
+        assert second.writer.torn_bytes_dropped == 30
+        assert [r.key for r in second.read()] == [b"a", b"b", b"c"]
+
+
+# -- exclusive writers ---------------------------------------------------------------------
+
+OPEN_WRITER = textwrap.dedent(
+    """
+    import sys
+    import compactlog
+    try:
+        with compactlog.open(sys.argv[1], exclusive=sys.argv[2] == "1") as log:
+            print("opened", log.append(b"child", b"x"), flush=True)
+    except compactlog.LogLockedError as error:
+        print("refused", error, flush=True)
+    """
+)
+
+
+def other_writer(log_dir, exclusive=False):
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_WRITER, str(log_dir), "1" if exclusive else "0"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+def test_an_exclusive_writer_refuses_other_writers_naming_its_pid(log_dir):
+    with compactlog.open(log_dir, exclusive=True) as log:
+        log.append(b"a", b"1")
+        answer = other_writer(log_dir)
+        assert answer.startswith("refused") and f"pid {os.getpid()} exclusive" in answer
+        assert other_writer(log_dir, exclusive=True).startswith("refused")
+        with pytest.raises(compactlog.LogLockedError, match="exclusive"):
+            compactlog.open(log_dir)  # in this process too
+        assert log.append(b"b", b"2") == 1  # the holder goes on
+
+
+def test_an_exclusive_open_is_refused_while_another_writer_has_the_log(log_dir):
+    with compactlog.open(log_dir):
+        answer = other_writer(log_dir, exclusive=True)
+    assert answer.startswith("refused") and "only writer" in answer
+    assert other_writer(log_dir, exclusive=True) == "opened 0\n"
+
+
+def test_readers_and_subscribers_work_beside_an_exclusive_writer(log_dir):
+    with compactlog.open(log_dir, exclusive=True) as log:
+        log.append(b"a", b"1")
+        with compactlog.open(log_dir, read_only=True) as reader:
+            assert [r.key for r in reader.read()] == [b"a"]
+            log.append(b"b", b"2")  # visible at once, without a flush
+            assert [r.key for r in reader.read()] == [b"a", b"b"]
+            assert reader.end_offset == 2
+        subscriber = log.subscribe("s")
+        assert [r.key for r in subscriber.poll()] == [b"a", b"b"]
+        log.append(b"c", b"3")
+        assert [r.key for r in subscriber.poll(timeout_s=30)] == [b"c"]
+        subscriber.commit()
+        log.compact(force=True)
+        log.enforce_retention()
+
+
+def test_the_exclusive_lock_is_released_on_close(log_dir):
+    with compactlog.open(log_dir, exclusive=True) as log:
+        log.append(b"a", b"1")
+    assert other_writer(log_dir) == "opened 1\n"
+    with compactlog.open(log_dir, exclusive=True) as log:
+        assert log.append(b"b", b"2") == 2
+    with compactlog.open(log_dir) as log:
+        assert [r.key for r in log.read()] == [b"a", b"child", b"b"]
+
+
+def test_the_exclusive_lock_goes_with_a_killed_process(log_dir):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, compactlog, time\n"
+            "log = compactlog.open(sys.argv[1], exclusive=True)\n"
+            "log.append(b'held', b'x')\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(600)\n",
+            str(log_dir),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline() == b"ready\n"
+        assert other_writer(log_dir).startswith("refused")
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+    assert other_writer(log_dir) == "opened 1\n"
+    with compactlog.open(log_dir, exclusive=True) as log:
+        assert [r.key for r in log.read()] == [b"held", b"child"]
+
+
+def test_exclusive_is_for_writers(log_dir):
+    compactlog.open(log_dir).close()
+    with pytest.raises(compactlog.ConfigError, match="exclusive"):
+        compactlog.open(log_dir, read_only=True, exclusive=True)
+
+
+# -- threads writing together ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_concurrent_single_appends_get_unique_offsets_in_each_threads_order(log_dir, exclusive):
+    per_thread = 300
+    results: dict[int, list[int]] = {}
+    with compactlog.open(log_dir, exclusive=exclusive, segment_bytes=4096) as log:
+
+        def work(thread: int) -> None:
+            results[thread] = [
+                log.append(b"t%d-%d" % (thread, i), b"v" * (i % 50)) for i in range(per_thread)
+            ]
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        records = {r.offset: r.key for r in log.read()}
+    assert sorted(records) == list(range(6 * per_thread))
+    for thread, offsets in results.items():
+        assert offsets == sorted(offsets)
+        assert [records[o] for o in offsets] == [b"t%d-%d" % (thread, i) for i in range(per_thread)]
+
+
+def test_a_failed_group_write_fails_every_record_in_it_and_the_log_goes_on(log_dir):
+    fs = FailingFS(5)  # EIO
+    with compactlog.open(log_dir, _fs=fs) as log:
+        log.append(b"a", b"1")
+        queue = [[b"q%d" % i, b"v", 1, b"", None] for i in range(3)]
+        fs.failures = 1
+        with log.writer.lock:
+            log.writer._write_queue_locked(queue)
+        assert all(isinstance(slot[4], compactlog.WriteRefusedError) for slot in queue)
+        assert log.append(b"b", b"2") == 1
+        assert [r.key for r in log.read()] == [b"a", b"b"]
+
+
+# -- linger -------------------------------------------------------------------------------
+
+
+def test_lingering_records_are_written_as_one_batch_on_flush(log_dir):
+    with compactlog.open(log_dir, linger_ms=60_000, batch_records=100) as log:
+        offsets = [log.append(b"k%d" % i, b"v%d" % i) for i in range(10)]
+        assert offsets == list(range(10))
+        assert list(log.read()) == []  # invisible until flushed
+        log.flush()
+        batches = list(log.read_batches())
+        assert [len(b) for b in batches] == [10]
+        assert [r.key for r in log.read()] == [b"k%d" % i for i in range(10)]
+
+
+def test_a_full_linger_buffer_is_written_at_once(log_dir):
+    with compactlog.open(log_dir, linger_ms=60_000, batch_records=4) as log:
+        for i in range(10):
+            log.append(b"k%d" % i, b"v")
+        assert [len(b) for b in log.read_batches()] == [4, 4]
+    with compactlog.open(log_dir) as log:  # close flushed the rest
+        assert [len(b) for b in log.read_batches()] == [4, 4, 2]
+
+
+def test_the_linger_timer_writes_the_buffer(log_dir):
+    with compactlog.open(log_dir, linger_ms=5) as log:
+        log.append(b"k", b"v", headers={"h": b"1"})
+        deadline = time.monotonic() + 30
+        while log.end_offset == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [(r.key, r.headers) for r in log.read()] == [(b"k", {"h": b"1"})]
+
+
+def test_batches_and_maintenance_write_lingering_records_first(log_dir):
+    with compactlog.open(log_dir, linger_ms=60_000) as log:
+        log.append(b"a", b"1")
+        assert log.append_batch([(b"b", b"2"), (b"c", b"3")]) == range(1, 3)
+        log.append(b"d", b"4")
+        log.enforce_retention()  # maintenance takes the writers' lock: lingering goes first
+        assert [r.key for r in log.read()] == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_lingering_writer_holds_other_writers_off_until_it_flushes(log_dir):
+    with compactlog.open(log_dir, linger_ms=60_000) as log:
+        log.append(b"mine", b"1")
+        child = subprocess.Popen(
+            [sys.executable, "-c", OPEN_WRITER, str(log_dir), "0"], stdout=subprocess.PIPE
+        )
+        try:
+            time.sleep(0.3)
+            assert child.poll() is None  # waiting for the writers' lock
+            log.flush()
+            out, _ = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert out == b"opened 1\n"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"linger_ms": -1}, "linger_ms"),
+        ({"linger_ms": 5, "precommit_bytes": 8192}, "set one of them"),
+        ({"batch_records": 0}, "batch_records"),
+        ({"linger_ms": "5"}, "linger_ms"),
+    ],
+)
+def test_linger_settings_are_validated(log_dir, config, message):
+    with pytest.raises(compactlog.ConfigError, match=message):
+        compactlog.open(log_dir, **config)
+
+
+def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
+    class CountingFS(FileSystem):
+        syncs = 0
+
+        def fdatasync(self, fd: int) -> None:
+            CountingFS.syncs += 1
+            super().fdatasync(fd)
+
+    with compactlog.open(log_dir, _fs=CountingFS(), linger_ms=5, sync="always") as log:
+        before = CountingFS.syncs
+        log.append(b"k", b"v")
+        deadline = time.monotonic() + 30
+        while CountingFS.syncs == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert log.end_offset == 1 and CountingFS.syncs > before
