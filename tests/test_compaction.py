@@ -198,3 +198,22 @@ def test_keyless_records_are_kept(tmp_path):
         log.compact(force=True)
         keyless = [r for r in log.read() if r.key is None]
         assert len(keyless) == 34
+
+
+def test_a_pass_removes_the_temporary_state_files_a_killed_cleaner_left(tmp_path):
+    # A cleaner killed while writing its swap intent or checkpoint leaves `<name>.<pid>.<n>.tmp`;
+    # a service that opens logs read-only never runs open-time recovery, so the next pass
+    # (under the same cleaner lock) removes them. Other processes' temporary files stay.
+    path = tmp_path / "log"
+    with compactlog.open(path, segment_bytes=1024, sync="os") as log:
+        for i in range(200):
+            log.append(b"k%d" % (i % 4), b"v" * 40)
+    stale = ["cleaner.swap.999999.1.tmp", "cleaner.checkpoint.999999.2.tmp"]
+    foreign = "meta.999999.3.tmp"  # a writer's: recovery's to judge, not the cleaner's
+    for name in [*stale, foreign]:
+        (path / name).write_bytes(b"{")
+    with compactlog.open(path, read_only=True) as log:  # as the cleaner service opens it
+        stats = compact_log(log, force=True)
+    assert all(not (path / name).exists() for name in stale)
+    assert (path / foreign).exists()
+    assert any("cleaner.swap.999999.1.tmp" in m for m in stats.extra["recovered"])

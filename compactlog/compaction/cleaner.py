@@ -494,11 +494,22 @@ def _clean(
     return _done(stats, started)
 
 
+# Small state files only a cleaner-lock holder writes: their temporary files are an earlier
+# (dead) cleaner's, since we hold that lock now.
+_CLEANER_OWNED_TEMP_PREFIXES = (swap.SWAP_INTENT + ".", filenames.CLEANER_CHECKPOINT + ".")
+
+
 def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> None:
     """Finish or undo a swap an earlier pass left (it died or failed mid-protocol), and
-    remove unfinished rewrites: the same as recovery's pass 2, under our cleaner lock."""
+    remove unfinished rewrites and the temporary files of the cleaner's own state files: the
+    same as recovery's pass 2, under our cleaner lock. A service that opens logs read-only
+    (no recovery) relies on this to clean up after a ``kill -9``."""
     messages = swap.resolve_interrupted_swap(fs, directory)
     for name in sorted(os.listdir(directory)):
+        if name.endswith(filenames.TEMP_SUFFIX) and name.startswith(_CLEANER_OWNED_TEMP_PREFIXES):
+            fs.remove(os.path.join(directory, name))
+            messages.append(f"removed unfinished state file {name}")
+            continue
         if not name.endswith(filenames.REWRITE_SUFFIX):
             continue  # cheap first: the directory holds two names per segment
         if filenames.parse_filename(name).kind is filenames.FileKind.REWRITE:
