@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "compact": "compactlog.cli.commands_maintenance:compact",
     "retention": "compactlog.cli.commands_maintenance:retention",
     "demo": "compactlog.cli.commands_demo:demo",
+    **{name: f"compactlog.cli.commands_spark:{name}" for name in ("snapshot", "restore")},
 }
 
 # Usage errors raised inside commands that click did not see as such (ConfigError, ...).

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import filenames
 from .errors import CompactLogError, NotALogError
-from .format import FORMAT_VERSION, INDEX_ENTRY, crc32c
+from .format import (
+    FORMAT_VERSION,
+    INDEX_ENTRY,
+    INDEX_FILE_HEADER,
+    SEGMENT_FILE_HEADER,
+    crc32c,
+)
 from .head import read_head_file
 from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path
 from .state_files import read_cleaner_state, read_meta
@@ -269,6 +275,20 @@ def _scan_end(directory: str, base: int) -> tuple[int, int]:
 def _copy_active(source: str, partial: str, state: _Linked) -> list[SnapshotFile]:
     """Step 3: the active segment's bytes below the published size, checked whole."""
     path = segment_path(partial, state.active_base)
+    if state.active_size <= HEADER_SIZE:
+        # a segment just rolled: the head is published before the file gets its header
+        data = SEGMENT_FILE_HEADER
+        _write_new(path, data)
+        _write_new(index_path(partial, state.active_base), INDEX_FILE_HEADER)
+        return [
+            SnapshotFile(os.path.basename(path), len(data), crc32c(data), False),
+            SnapshotFile(
+                filenames.index_name(state.active_base),
+                len(INDEX_FILE_HEADER),
+                crc32c(INDEX_FILE_HEADER),
+                False,
+            ),
+        ]
     data = read_all(state.active_fd, 0, state.active_size)
     if len(data) < state.active_size:
         raise SnapshotError(
