@@ -112,7 +112,7 @@ def test_latest_over_all_partitions_equals_the_model(
 ):
     path = tmp_path_factory.mktemp("log") / "log"
     write(path, ops, compact_at, compression=compression)
-    rows, plan = read_all(path, numPartitions=partitions)
+    rows, _plan = read_all(path, numPartitions=partitions)
     assert latest_of(rows) == model_latest(ops)
     assert all(row["deleted"] is False for row in rows)
     with compactlog.open(path, read_only=True) as log:

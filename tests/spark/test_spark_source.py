@@ -49,7 +49,7 @@ def build_log(path, *, records=3000, keys=150, compression="zstd", compact_at=(1
 
 def model(ops, end=None):
     state = {}
-    for offset, (key, value) in enumerate(ops[:end]):
+    for _offset, (key, value) in enumerate(ops[:end]):
         if value is None:
             state.pop(key, None)
         else:
