@@ -7,9 +7,9 @@ import os
 
 import pytest
 from click.testing import CliRunner
+from compactlog.cli.main import cli
 
 import compactlog
-from compactlog.cli.main import cli
 from compactlog.errors import ConfigError
 from compactlog.spark.restore import RESULT_FILE, restore
 
