@@ -4,7 +4,8 @@
     python -m benchmarks.run --quick    # small smoke run; writes under bench-data/quick
 
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``
-and ``bench_subscriber.run()`` are added when those modules exist and return a dict.
+and ``bench_subscriber.run()`` are added when those modules exist and return a dict, and
+``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .common import BENCH_ROOT, REPO_ROOT, Measurement, machine_info, max_rss_by
 OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
+    ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
 )
 
 

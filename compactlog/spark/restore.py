@@ -227,13 +227,7 @@ def _write_table(
     shutil.rmtree(temp, ignore_errors=True)
     try:
         df.write.format(format).mode("error").save(temp)
-        rows = (
-            int(spark.read.format(format).load(temp).count())
-            if format in ("parquet", "orc")
-            else None
-        )
-        if rows is None:
-            rows = int(spark.read.format(format).schema(df.schema).load(temp).count())
+        rows = _count_rows(spark, temp, format, df.schema)
         result.rows = rows
         result.spark_seconds = time.perf_counter() - spark_started
         result.seconds = time.perf_counter() - started
@@ -255,6 +249,19 @@ def _write_table(
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return rows
+
+
+def _count_rows(spark: Any, directory: str, format: str, schema: Any) -> int:
+    """Rows written: from the Parquet footers (no Spark job), else by Spark reading back."""
+    if format == "parquet":
+        import pyarrow.parquet as pq
+
+        return sum(
+            pq.read_metadata(os.path.join(directory, name)).num_rows
+            for name in os.listdir(directory)
+            if name.endswith(".parquet") and not name.startswith((".", "_"))
+        )
+    return int(spark.read.format(format).schema(schema).load(directory).count())
 
 
 def _csv_ready(df: Any) -> Any:
