@@ -326,3 +326,12 @@ def test_a_snapshot_killed_mid_way_leaves_no_destination_or_a_complete_one(tmp_p
         for partial in root.glob("*.partial"):
             log.snapshot(str(partial)[: -len(".partial")])  # replaces the leftover
     assert not list(root.glob("*.partial"))
+
+
+def test_records_in_this_process_precommit_buffer_are_in_the_snapshot(tmp_path):
+    with compactlog.open(tmp_path / "log", precommit_bytes=64 * 1024, sync="os") as log:
+        offsets = [log.append(b"k%d" % i, b"v%d" % i) for i in range(50)]  # buffered
+        snap = log.snapshot(tmp_path / "snap")
+    assert snap.end_offset == offsets[-1] + 1
+    with compactlog.open(tmp_path / "snap", read_only=True) as copy:
+        assert [r.value for r in copy.read()] == [b"v%d" % i for i in range(50)]

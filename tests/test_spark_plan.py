@@ -272,3 +272,26 @@ def test_the_core_library_and_the_planner_import_without_pyspark():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_an_empty_log_and_an_empty_range_read_nothing(tmp_path):
+    with compactlog.open(tmp_path / "log"):
+        pass
+    assert read_all(tmp_path / "log")[0] == []
+    write(tmp_path / "full", [(b"a", b"1"), (b"b", b"2")])
+    assert read_all(tmp_path / "full", startOffset=5)[0] == []
+    assert read_all(tmp_path / "full", mode="changelog", endOffset=0)[0] == []
+
+
+def test_keyless_records_of_a_delete_policy_log(tmp_path):
+    with compactlog.open(tmp_path / "log", cleanup_policy="delete") as log:
+        log.append_batch([(None, b"x"), (b"k", b"1"), (None, None), (b"k", b"2")])
+    rows, _ = read_all(tmp_path / "log", mode="changelog")
+    assert [(r["key"], r["value"], r["deleted"]) for r in rows] == [
+        (None, b"x", False),
+        (b"k", b"1", False),
+        (None, None, True),
+        (b"k", b"2", False),
+    ]
+    latest, _ = read_all(tmp_path / "log")
+    assert latest_of(latest) == {b"k": b"2"}
