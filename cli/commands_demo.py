@@ -501,8 +501,9 @@ def _story(
             title="compactlog demo: changelog -> compaction -> snapshot -> Spark restore",
         )
         click.echo(
-            f"\nTry: compactlog verify {snap_dir}\n"
-            f"     compactlog restore {path} --to {root}/customers-as-of.parquet --as-of "
+            f"\nTry: compactlog verify {os.path.join(os.path.dirname(path), 'snapshot')}\n"
+            f"     compactlog restore {path} --to "
+            f"{os.path.join(os.path.dirname(path), 'customers-as-of.parquet')} --as-of "
             f"{snapshot.end_offset // 2} --allow-inexact"
         )
     if mismatches:

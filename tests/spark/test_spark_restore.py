@@ -94,3 +94,17 @@ def test_cli_restore_to_csv(spark, tmp_path):
         ["restore", str(tmp_path / "log"), "--to", str(tmp_path / "x"), "--value-format", "json"],
     )
     assert usage.exit_code == 2 and "--schema" in usage.output
+
+
+def test_demo_tells_the_whole_story_and_checks_the_table(spark, tmp_path):
+    path = tmp_path / "demo" / "log"
+    args = ["demo", "--path", str(path), "--updates", "6000", "--keys", "600", "--json"]
+    result = CliRunner().invoke(cli, args, standalone_mode=False)
+    assert result.exception is None, result.output
+    summary = json.loads(result.output)
+    assert summary["matches_model"] is True and summary["mismatches"] == 0
+    assert summary["rows"] == summary["live_keys"] > 0
+    assert summary["snapshot_end_offset"] == 6000
+    # a second run replaces what the first made (and only that)
+    again = CliRunner().invoke(cli, args, standalone_mode=False)
+    assert again.exception is None and json.loads(again.output)["matches_model"] is True
