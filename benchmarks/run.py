@@ -4,9 +4,10 @@
     python -m benchmarks.run --quick    # small smoke run; writes under bench-data/quick
 
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
-``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)`` and
+``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)``,
 ``bench_jlog.run(records=...)`` (record at a time against JLog's C library, built on first
-use) are added when those modules exist and return a dict.
+use) and ``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) are
+added when those modules exist and return a dict.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ OPTIONAL = (
     ("bench_cleaner", lambda sizes: {}),
     ("bench_readback", lambda sizes: {"records": sizes.records}),
     ("bench_jlog", lambda sizes: {"records": sizes.records}),
+    ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
 )
 
 

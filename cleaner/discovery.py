@@ -25,6 +25,7 @@ from compactlog.config import LogConfig
 from compactlog.errors import CompactLogError
 from compactlog.head import read_head_file
 from compactlog.segment import list_segments, segment_path
+from compactlog.snapshot import MANIFEST as SNAPSHOT_MANIFEST
 from compactlog.state_files import list_checkpoints, read_cleaner_state, read_meta
 
 
@@ -59,28 +60,52 @@ class LogFacts:
     error: str | None = None
 
 
+def _is_log(path: str) -> bool:
+    """A log directory: it has ``meta``. A snapshot has one too, but is a frozen copy that
+    its manifest describes byte for byte: cleaning it would break that, so it is skipped."""
+    return os.path.exists(os.path.join(path, filenames.META)) and not os.path.exists(
+        os.path.join(path, SNAPSHOT_MANIFEST)
+    )
+
+
+def _subdirectories(directory: str) -> list[os.DirEntry[str]]:
+    """Visible subdirectories, sorted by name; none where the directory cannot be read."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return []  # readiness reports an unreadable root; the others go on
+    found = []
+    for entry in entries:
+        try:
+            if not entry.name.startswith(".") and entry.is_dir():
+                found.append(entry)
+        except OSError:
+            continue
+    return found
+
+
 def discover(roots: tuple[str, ...], logs: tuple[str, ...]) -> list[LogRef]:
     """Every log under ``roots`` plus the explicit ``logs``, each once, sorted by path.
 
-    Names are the directory names; a name two logs share is replaced by the paths.
+    A root's subdirectory is a log, or a partitioned directory of logs (one log per
+    partition, as a Kafka topic has partitions) whose own subdirectories are logs; hidden
+    directories (``.snapshots``) and snapshots are skipped. Names are the paths below the
+    root (``orders`` or ``orders/0``); a name two logs share is replaced by the paths.
     """
-    paths: list[str] = []
+    named: dict[str, str] = {}  # path -> name
     for root in roots:
-        try:
-            entries = sorted(os.scandir(root), key=lambda e: e.name)
-        except OSError:
-            continue  # readiness reports an unreadable root; the others go on
-        for entry in entries:
-            if entry.name.startswith("."):
+        for entry in _subdirectories(root):
+            if _is_log(entry.path):
+                named.setdefault(os.path.abspath(entry.path), entry.name)
                 continue
-            try:
-                if entry.is_dir() and os.path.exists(os.path.join(entry.path, filenames.META)):
-                    paths.append(os.path.abspath(entry.path))
-            except OSError:
-                continue
-    paths.extend(os.path.abspath(p) for p in logs)
-    unique = sorted(set(paths))
-    names = [os.path.basename(p) or p for p in unique]
+            for inner in _subdirectories(entry.path):
+                if _is_log(inner.path):
+                    named.setdefault(os.path.abspath(inner.path), f"{entry.name}/{inner.name}")
+    for path in logs:
+        path = os.path.abspath(path)
+        named.setdefault(path, os.path.basename(path) or path)
+    unique = sorted(named)
+    names = [named[p] for p in unique]
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1

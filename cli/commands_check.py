@@ -19,17 +19,30 @@ def verify(path: str, as_json: bool) -> int:
     at, the meta file, subscriber checkpoints (readable, named right, not stuck below the log
     start, not past the end) and the cleaner checkpoint. Read-only: safe beside live writers
     (bytes past what the writers have published are a write in progress, not a problem).
+    On a snapshot it also checks every file against the manifest (size and CRC).
 
     \b
     Examples:
       compactlog verify ./demo-data/log
       compactlog verify ./demo-data/log --json | jq '.problems[]'
+      compactlog verify ./demo-data/snap      # a snapshot: also its manifest
     """
+    from compactlog.errors import CompactLogError
+    from compactlog.snapshot import MANIFEST, is_snapshot, verify_manifest
+
     from .common import writer_holders
     from .scan import verify_log
 
     directory = log_dir(path)
     report = verify_log(directory, writers_active=bool(writer_holders(directory)))
+    if is_snapshot(directory):
+        report.notes.append(f"a snapshot: files checked against {MANIFEST}")
+        try:
+            mismatches = verify_manifest(directory)
+        except CompactLogError as error:
+            mismatches = [str(error)]
+        for problem in mismatches:
+            report.problem("snapshot", MANIFEST, None, problem)
     if as_json:
         emit_json(report.to_json())
         return 0 if report.ok else 1

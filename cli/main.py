@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "retention": "compactlog.cli.commands_maintenance:retention",
     "demo": "compactlog.cli.commands_demo:demo",
     "cleaner": "compactlog.cli.commands_cleaner:cleaner",
+    **{name: f"compactlog.cli.commands_spark:{name}" for name in ("snapshot", "restore")},
 }
 
 # Usage errors raised inside commands that click did not see as such (ConfigError, ...).

@@ -510,6 +510,16 @@ class Log:
         self._check_open()
         return latest_batches(self, as_of)
 
+    # -- snapshots ---------------------------------------------------------------------
+    def snapshot(self, dest: str | os.PathLike[str]) -> Any:
+        """A consistent point-in-time copy of this log at ``dest`` (hard links for closed
+        segments), as of the end offset now; writers and the cleaner keep working. Returns
+        a :class:`~compactlog.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
+        from .snapshot import take_snapshot
+
+        self._check_open()
+        return take_snapshot(self, dest)
+
     # -- closing -----------------------------------------------------------------------
     def close(self) -> None:
         """Close the subscribers made by :meth:`subscribe` (their descriptors and names are

@@ -164,3 +164,17 @@ def test_probe_reports_an_unreadable_meta_instead_of_raising(tmp_path):
     found = probe(LogRef("broken", str(path)), NOW)
     assert found.error is not None and "JSON" in found.error
     assert judge(found, NOW) is None
+
+
+def test_discovery_finds_the_logs_of_a_partitioned_directory_and_skips_snapshots(tmp_path):
+    root = tmp_path / "root"
+    for partition in range(3):  # one log per partition, as a Kafka topic has partitions
+        with compactlog.open(root / "orders" / str(partition)) as log:
+            log.append(b"k", b"v")
+    with compactlog.open(root / "users") as log:
+        log.append(b"k", b"v")
+        log.snapshot(str(root / "users-snapshot"))  # a frozen copy: never cleaned
+        log.snapshot(str(root / "orders" / "snap"))
+    refs = discover((str(root),), ())
+    assert sorted(r.name for r in refs) == ["orders/0", "orders/1", "orders/2", "users"]
+    assert all(not os.path.exists(os.path.join(r.path, "snapshot.json")) for r in refs)

@@ -480,13 +480,15 @@ def test_tail_follow_sees_appends_from_another_process(live_writer):
 def test_demo_writes_reads_back_and_matches_its_model(tmp_path):
     path = tmp_path / "demo" / "log"
     started = time.monotonic()
-    summary = run_json("demo", "--path", path, "--updates", 20_000, "--keys", 2_000, "--no-compact")
+    summary = run_json(
+        "demo", "--quick", "--path", path, "--updates", 20_000, "--keys", 2_000, "--no-compact"
+    )
     assert time.monotonic() - started < 30
     assert summary["records"] == summary["records_read"] == 20_000
     assert summary["latest_matches_model"] is True
     assert 0 < summary["latest_keys"] <= 2_000 and summary["tombstones"] > 0
     run("verify", path)
-    human = run("demo", "--path", path, "--updates", 5_000, "--keys", 500).stdout
+    human = run("demo", "--quick", "--path", path, "--updates", 5_000, "--keys", 500).stdout
     assert "matches the model" in human and "records/s" in human
     other = tmp_path / "precious"
     other.mkdir()

@@ -1,0 +1,37 @@
+"""Spark integration: ``spark.read.format("compactlog")`` and restores (``restore.py``).
+
+Nothing here imports pyspark at import time, so the core library works without Spark. The
+data source classes live in :mod:`compactlog.spark.source` (imported by Spark's Python
+workers, so it has no import-time side effects); planning and partitioning are in
+:mod:`~compactlog.spark.batch`, the Arrow conversion from ``format.py``'s columns in
+:mod:`~compactlog.spark.arrow`. PySpark also finds the source with no call at all through
+the top-level ``pyspark_compactlog`` module (its ``DefaultSource``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SOURCE_NAME = "compactlog"
+
+
+def register(spark: Any) -> None:
+    """Register the ``compactlog`` data source with ``spark`` (a ``SparkSession``).
+
+    Only needed where auto-registration cannot see the ``pyspark_compactlog`` module (for
+    example an environment whose Python workers do not have compactlog installed on the
+    default path); registering twice is harmless.
+    """
+    from .source import CompactLogDataSource
+
+    spark.dataSource.register(CompactLogDataSource)
+
+
+def restore(*args: Any, **kwargs: Any) -> Any:
+    """See :func:`compactlog.spark.restore.restore`."""
+    from .restore import restore as _restore
+
+    return _restore(*args, **kwargs)
+
+
+__all__ = ["SOURCE_NAME", "register", "restore"]

@@ -1,0 +1,155 @@
+"""The data source's options, parsed and checked once, with errors that name the option.
+
+Spark hands options over lower-cased and as strings; :func:`parse_options` accepts any
+case and turns them into a typed :class:`ReadOptions`. Documented in ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+MODES = ("latest", "changelog")
+VALUE_FORMATS = ("binary", "string", "json")
+DEFAULT_SNAPSHOT_RETENTION_MINUTES = 24 * 60
+
+KNOWN = {
+    "path",
+    "paths",
+    "mode",
+    "asofoffset",
+    "allowinexact",
+    "startoffset",
+    "endoffset",
+    "keys",
+    "keyshex",
+    "valueformat",
+    "valueschema",
+    "numpartitions",
+    "snapshot",
+    "snapshotdir",
+    "snapshotretentionminutes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    path: str
+    mode: str = "latest"
+    as_of: int | None = None
+    allow_inexact: bool = False
+    start_offset: int | None = None
+    end_offset: int | None = None
+    keys: tuple[bytes, ...] | None = None
+    value_format: str = "binary"
+    value_schema: str | None = None
+    num_partitions: int | None = None
+    snapshot: bool = True  # read a live log through an implicit snapshot
+    snapshot_dir: str | None = None
+    snapshot_retention_minutes: int = DEFAULT_SNAPSHOT_RETENTION_MINUTES
+
+    @property
+    def changelog(self) -> bool:
+        return self.mode == "changelog"
+
+
+def _int(options: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"option {name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"option {name} must be at least {minimum}, not {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {name} must be true or false, not {raw!r}")
+
+
+def _keys(options: Mapping[str, str]) -> tuple[bytes, ...] | None:
+    raw = options.get("keys")
+    raw_hex = options.get("keyshex")
+    if raw is None and raw_hex is None:
+        return None
+    keys: list[bytes] = []
+    if raw is not None:
+        text = str(raw)
+        if text.lstrip().startswith("["):
+            try:
+                items = json.loads(text)
+            except ValueError as error:
+                raise ConfigError(f"option keys is not a JSON array of strings ({error})") from None
+            if not isinstance(items, list) or not all(isinstance(k, str) for k in items):
+                raise ConfigError("option keys must be a JSON array of strings")
+            keys.extend(k.encode("utf-8") for k in items)
+        else:
+            keys.extend(k.encode("utf-8") for k in text.split(",") if k != "")
+    if raw_hex is not None:
+        for item in str(raw_hex).split(","):
+            try:
+                keys.append(bytes.fromhex(item.strip()))
+            except ValueError:
+                raise ConfigError(f"option keysHex has a bad hex key {item!r}") from None
+    return tuple(dict.fromkeys(keys))
+
+
+def parse_options(raw: Mapping[str, str]) -> ReadOptions:
+    """Typed options from what Spark passes (any case); unknown options are refused."""
+    options = {str(k).lower(): v for k, v in raw.items()}
+    unknown = sorted(set(options) - KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"unknown compactlog option(s) {', '.join(unknown)} (known: mode, asOfOffset, "
+            "allowInexact, startOffset, endOffset, keys, keysHex, valueFormat, valueSchema, "
+            "numPartitions, snapshot, snapshotDir, snapshotRetentionMinutes)"
+        )
+    path = options.get("path")
+    if not path:
+        raise ConfigError('no log path: use spark.read.format("compactlog").load(PATH)')
+    mode = str(options.get("mode", "latest")).lower()
+    if mode not in MODES:
+        raise ConfigError(f"option mode must be one of {', '.join(MODES)}, not {mode!r}")
+    value_format = str(options.get("valueformat", "binary")).lower()
+    if value_format not in VALUE_FORMATS:
+        raise ConfigError(
+            f"option valueFormat must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}"
+        )
+    value_schema = options.get("valueschema") or None
+    if value_schema is not None and value_format != "json":
+        raise ConfigError("option valueSchema needs valueFormat=json")
+    start = _int(options, "startOffset")
+    end = _int(options, "endOffset")
+    if start is not None and end is not None and end < start:
+        raise ConfigError(f"option endOffset ({end}) is below startOffset ({start})")
+    partitions = _int(options, "numPartitions", minimum=1)
+    retention = _int(options, "snapshotRetentionMinutes", minimum=1)
+    return ReadOptions(
+        path=str(path),
+        mode=mode,
+        as_of=_int(options, "asOfOffset"),
+        allow_inexact=_bool(options, "allowInexact", False),
+        start_offset=start,
+        end_offset=end,
+        keys=_keys(options),
+        value_format=value_format,
+        value_schema=str(value_schema) if value_schema else None,
+        num_partitions=partitions,
+        snapshot=_bool(options, "snapshot", True),
+        snapshot_dir=options.get("snapshotdir") or None,
+        snapshot_retention_minutes=retention or DEFAULT_SNAPSHOT_RETENTION_MINUTES,
+    )

@@ -1,0 +1,104 @@
+"""The ``compactlog`` Python data source (``pyspark.sql.datasource``) for batch reads.
+
+Spark pickles these classes by reference and imports this module in every Python worker,
+so it must have no import-time side effects: it defines classes and nothing else (no
+session, no environment changes, no file access). A stream reader and a writer will sit
+beside :class:`CompactLogReader` (``DataSource.streamReader`` / ``writer``).
+
+Schema: ``key binary, value binary, offset bigint, timestamp timestamp,
+headers map<string,binary>`` (plus ``deleted boolean`` in changelog mode). With
+``valueFormat=string`` the value is a string; with ``valueFormat=json`` the ``value``
+column is replaced by the fields of ``valueSchema`` (a DDL string) or, with
+``.schema(...)``, every column the user names that is not a metadata column is read from
+the JSON value. Options: ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ..errors import ConfigError
+from .options import ReadOptions, parse_options
+
+METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
+
+
+def schema_ddl(options: ReadOptions) -> str:
+    """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
+    if options.value_format == "json":
+        if not options.value_schema:
+            raise ConfigError(
+                "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
+                ".schema(...)"
+            )
+        value = options.value_schema.strip().rstrip(",")
+    elif options.value_format == "string":
+        value = "value STRING"
+    else:
+        value = "value BINARY"
+    deleted = ", deleted BOOLEAN" if options.changelog else ""
+    return f"key BINARY, {value}, {METADATA_DDL}{deleted}"
+
+
+class CompactLogPartition(InputPartition):
+    """One task's offsets ``[start, end)`` of the snapshot being read."""
+
+    def __init__(self, index: int, start: int, end: int) -> None:
+        super().__init__(index)
+        self.index = index
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"CompactLogPartition({self.index}, offsets {self.start}..{self.end})"
+
+
+class CompactLogReader(DataSourceReader):
+    """Plans once (snapshot, range, head map, partitions) and reads partitions as Arrow."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        from .arrow import Layout, target_schema
+        from .batch import plan_read
+
+        self.options = options
+        self.schema = schema
+        Layout(target_schema(schema), options.value_format).check()  # before any snapshot
+        self.plan = plan_read(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [CompactLogPartition(p.index, p.start, p.end) for p in self.plan.partitions]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from .arrow import Layout, target_schema, to_arrow
+        from .batch import Partition, read_partition
+
+        assert isinstance(partition, CompactLogPartition)
+        layout = Layout(target_schema(self.schema), self.options.value_format)
+        part = Partition(partition.index, partition.start, partition.end)
+        for columns, keep in read_partition(self.plan, part):
+            yield to_arrow(columns, keep, layout)
+
+
+class CompactLogDataSource(DataSource):
+    """``spark.read.format("compactlog").load(path)``: a log or a snapshot as a table."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "compactlog"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = parse_options(options)
+
+    def schema(self) -> str:
+        return schema_ddl(self.parsed)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return CompactLogReader(self.parsed, schema)
+
+
+__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]
