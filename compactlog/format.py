@@ -872,25 +872,21 @@ def scan_small_run(
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
     first = found[0]
     length = found[1] - first
-    view = memoryview(buf)
-    equal = pos - first == n * length and bool((np.diff(positions) == length).all())
-    if equal:
-        # one batch length throughout (records of one size): the headers are one strided
-        # column of the run, and the bodies follow one length apart
-        block = np.ascontiguousarray(raw[first:pos].reshape(n, length)[:, :header_size])
-        spans = map(
-            slice, range(first + header_size, pos, length), range(first + length, pos + 1, length)
-        )
+    if pos - first == n * length and bool((np.diff(positions) == length).all()):
+        # one batch length throughout (records of one size): the run is rows of one
+        # length, the headers one strided column of them
+        rows = raw[first:pos].reshape(n, length)
+        heads = np.ascontiguousarray(rows[:, :header_size]).view(_HEADER_DTYPE).ravel()
+        crcs = rows_crcs(rows)
     else:
         block = _rows_at(raw, positions, header_size)
-        ends = [*found[1:], pos]
-        spans = map(slice, (positions + header_size).tolist(), ends)
-    heads = block.view(_HEADER_DTYPE).ravel()
-    crcs = rows_crcs(raw[first:pos].reshape(n, length)) if equal else None
-    if crcs is None:
+        heads = block.view(_HEADER_DTYPE).ravel()
         # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
         # memoryview slice
-        getitem = buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else view.__getitem__
+        getitem = (
+            buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else memoryview(buf).__getitem__
+        )
+        spans = map(slice, (positions + header_size).tolist(), [*found[1:], pos])
         body_crcs = np.fromiter(map(crc32c, map(getitem, spans)), dtype=np.uint32, count=n)
         crcs = _continue_crc(body_crcs, block[:, CRC_START:])
     count = heads["count"].astype(np.int64)
@@ -956,9 +952,9 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
             rows = min((stop - pos) // length, max_batches - len(found))
             if rows <= 0:
                 continue  # no room for another batch of this length: walk on
-            block = raw[pos : pos + rows * length].reshape(rows, length)
-            lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
-            counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
+            # the length and count fields of each would-be batch, as strided views
+            lengths = np.ndarray((rows,), "<u4", raw, pos, (length,))
+            counts = np.ndarray((rows,), "<u4", raw, pos + 20, (length,))
             matching = (lengths == length) & (counts <= small)
             leap = rows if bool(matching.all()) else int(np.argmin(matching))
             if leap < leap_after:
@@ -1046,11 +1042,32 @@ def _shift_row(distance: int) -> np.ndarray:
     return row
 
 
-def rows_crcs(rows: np.ndarray) -> np.ndarray | None:
+def rows_crcs(rows: np.ndarray) -> np.ndarray:
     """The CRC of every stored batch of an ``(n, length)`` uint8 array whose rows are
     whole batches of one length, each computed exactly as :func:`check_batch` does
-    (``crc32c`` of the body continued over header bytes [8, 48)), or ``None`` when this
-    way would not be faster (rows too long, or too many byte columns vary).
+    (``crc32c`` of the body continued over header bytes [8, 48)), for the caller to
+    compare with the CRC fields in one vector comparison.
+
+    Two ways, the same values: by table (:func:`_rows_crcs_by_table`) where few byte
+    columns vary, else one ``crc32c`` call per row over its message (body, then header
+    bytes [8, 48)) gathered into one contiguous array, each call on a ``bytes`` item
+    (half the cost of slicing the buffer per batch).
+    """
+    crcs = _rows_crcs_by_table(rows)
+    if crcs is not None:
+        return crcs
+    n, length = rows.shape
+    header_size = BATCH_HEADER.size
+    messages = np.empty((n, length - CRC_START), dtype=np.uint8)
+    messages[:, : length - header_size] = rows[:, header_size:]
+    messages[:, length - header_size :] = rows[:, CRC_START:header_size]
+    items = messages.view(f"V{length - CRC_START}").ravel().tolist()
+    return np.fromiter(map(crc32c, items), dtype=np.uint32, count=n)
+
+
+def _rows_crcs_by_table(rows: np.ndarray) -> np.ndarray | None:
+    """:func:`rows_crcs` by table lookups, or ``None`` when that would not be faster
+    (rows too long, or too many byte columns vary).
 
     Why it is exact and fast: the CRC is affine over GF(2), so for two messages ``a`` and
     ``b`` of one length ``crc(a) ^ crc(b)`` is the XOR, over the byte positions ``i``

@@ -59,7 +59,7 @@ def test_every_row_crc_equals_crc32c_of_that_batch_alone(rows):
     # with the varying-column limit lifted, every row block takes the table path
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fmt, "_ROWS_CRC_MAX_VARYING", 1 << 20)
-        got = rows_crcs(rows)
+        got = fmt._rows_crcs_by_table(rows)
     assert got is not None
     assert got.dtype == np.uint32
     assert got.tolist() == [stored_crc(row.tobytes()) for row in rows]
@@ -67,15 +67,14 @@ def test_every_row_crc_equals_crc32c_of_that_batch_alone(rows):
 
 @settings(max_examples=60, deadline=None)
 @given(rows=row_blocks())
-def test_with_the_default_limits_the_crcs_are_exact_or_left_to_crc32c(rows):
-    got = rows_crcs(rows)
-    if got is not None:
-        assert got.tolist() == [stored_crc(row.tobytes()) for row in rows]
+def test_with_the_default_limits_the_crcs_are_the_same(rows):
+    assert rows_crcs(rows).tolist() == [stored_crc(row.tobytes()) for row in rows]
 
 
 def test_rows_of_random_bytes_are_left_to_one_crc32c_call_each():
     rows = np.random.default_rng(7).integers(0, 256, size=(100, 172), dtype=np.uint8)
-    assert rows_crcs(rows) is None
+    assert fmt._rows_crcs_by_table(rows) is None
+    assert rows_crcs(rows).tolist() == [stored_crc(row.tobytes()) for row in rows]
 
 
 def equal_batches(count: int = 40) -> tuple[bytes, list[tuple[int, int]]]:
@@ -96,7 +95,7 @@ def test_equal_batches_take_the_table_path():
     buf, where = equal_batches()
     length = where[1][0] - where[0][0]
     rows = np.frombuffer(buf, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, length)
-    got = rows_crcs(rows)
+    got = fmt._rows_crcs_by_table(rows)
     assert got is not None
     assert got.tolist() == [int.from_bytes(row[4:8].tobytes(), "little") for row in rows]
 
