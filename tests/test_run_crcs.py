@@ -131,3 +131,12 @@ def test_a_run_of_equal_batches_decodes_like_the_columnar_path():
     decoded = fast(buf, 1 << 20, 1 << 20)
     assert [b.stored_batches for b, _ in decoded] == [200]
     assert records_of([b for b, _ in decoded]) == records_of(columnar(buf))
+
+
+def test_readback_benchmark_with_random_values_reads_back_what_it_wrote(tmp_path):
+    from benchmarks import bench_readback
+
+    result = bench_readback.run(records=2000, repeat=1, root=str(tmp_path), random_values=True)
+    assert result["setup"]["values"] == "random bytes"
+    assert result["as_written"]["read_batches_records_per_s"] > 0
+    assert result["after_one_compaction"]["read_records_per_s"] > 0
