@@ -800,9 +800,10 @@ def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
 #
 # A log written by single appends is a file of one-record batches. Decoding each through
 # the columnar path above costs a dozen numpy calls per record; instead, readers take a run
-# of consecutive small batches at once: :func:`scan_small_run` walks and CRC-checks them
-# with one struct call and two crc32c calls per batch, checks their headers together, and
-# :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
+# of consecutive small batches at once: :func:`scan_small_run` walks them by their length
+# fields, checks every batch's own CRC for the whole run at once (:func:`rows_crcs` for
+# batches of one length, one crc32c call per body otherwise), checks their headers
+# together, and :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
 # concatenation of the batches' columns (the records, offsets, timestamps and headers of
 # ``decode_batch`` for each batch, in order).
 
@@ -853,10 +854,12 @@ def scan_small_run(
 
     Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
     whole run at once where they can be: the run's batches are found by their lengths
-    (:func:`_walk`), each body's CRC is one ``crc32c`` call, continued over the 48-byte
-    headers for all batches together (:func:`_continue_crc`), and the header fields are
-    checked as columns. The run stops before the first batch that is not small, not whole
-    below ``end``, not valid (left to :func:`check_batch`, which says why), whose offsets
+    (:func:`_walk`); the CRCs of a run of one batch length are computed together
+    (:func:`rows_crcs`), else each body's CRC is one ``crc32c`` call, continued over the
+    48-byte headers for all batches together (:func:`_continue_crc`); every batch's CRC is
+    compared with its own stored CRC, and the header fields are checked as columns. The
+    run stops before the first batch that is not small, not whole below ``end``, not
+    valid (left to :func:`check_batch`, which says why), whose offsets
     do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
     ``max_records`` records.
     """
