@@ -867,21 +867,22 @@ def scan_small_run(
     stop = min(end, pos + max_bytes)
     # a batch holds at least one record unless it is empty: at most max_records batches
     # (cut to max_records records below)
-    found, pos = _walk(buf, pos, stop, max(max_records, 2))
+    found, pos, uniform = _walk(buf, pos, stop, max(max_records, 2))
     n = len(found)
     if n < 2:
         return None
-    positions = np.array(found, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
     first = found[0]
     length = found[1] - first
-    if pos - first == n * length and bool((np.diff(positions) == length).all()):
+    if uniform:
+        positions = np.arange(first, pos, length, dtype=np.int64)
         # one batch length throughout (records of one size): the run is rows of one
         # length, the headers one strided column of them
         rows = raw[first:pos].reshape(n, length)
         heads = np.ascontiguousarray(rows[:, :header_size]).view(_HEADER_DTYPE).ravel()
         crcs = rows_crcs(rows)
     else:
+        positions = np.array(found, dtype=np.int64)
         block = _rows_at(raw, positions, header_size)
         heads = block.view(_HEADER_DTYPE).ravel()
         # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
@@ -915,9 +916,10 @@ _LENGTH_COUNT = struct.Struct("<I16xI")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
 
 
-def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int]:
+def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int, bool]:
     """Positions of consecutive small batches whose lengths keep them whole below
-    ``stop`` (nothing else is checked here), and where they end.
+    ``stop`` (nothing else is checked here), where they end, and whether they all have
+    one length (each length field was read, or leapt over as equal to it).
 
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
     lengths in a row (single appends of records of one size), the length and count
@@ -931,6 +933,7 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
     header_size = BATCH_HEADER.size
     small = SMALL_BATCH_RECORDS
     previous = -1
+    uniform = True
     same = 0
     leap_after = _LEAP_AFTER
     raw: np.ndarray | None = None
@@ -944,6 +947,8 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
         append(pos)
         pos = following
         if length != previous:
+            if previous >= 0:
+                uniform = False
             previous = length
             same = 0
         elif same + 1 < leap_after:
@@ -969,7 +974,7 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
     if len(found) > max_batches:
         pos = found[max_batches]
         del found[max_batches:]
-    return found, pos
+    return found, pos, uniform
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
