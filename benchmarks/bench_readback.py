@@ -2,8 +2,11 @@
 
 Workload: ``records`` records of a 16 B key + 100 B value, every key distinct, each
 written by its own ``log.append`` (so every record is a one-record batch on disk, as
-JLog's users and most changelog producers write). Then, each the median of
-``repeat`` full scans:
+JLog's users and most changelog producers write). The values are one repeated 100-byte
+string (as in ``bench_jlog``) or, with ``--random-values``, random bytes: the first lets the
+reader check the CRCs of a run with table lookups on the few byte columns that vary
+(``format.rows_crcs``), the second costs one ``crc32c`` call per batch. Then, each the
+median of ``repeat`` full scans:
 
 ``read()``          ``Record`` objects, the whole log
 ``read_batches()``  columnar batches (runs of small batches come back as one batch)
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -42,15 +46,21 @@ def segment_bytes_for(records: int) -> int:
     return max(16 << 10, min(SEGMENT_BYTES, records * STORED_RECORD // 10))
 
 
-def _write(path: str, records: int) -> float:
+def _write(path: str, records: int, random_values: bool = False) -> float:
     config = {"sync": "os", "segment_bytes": segment_bytes_for(records)}
+    values = _random_values(records) if random_values else [VALUE] * records
     with compactlog.open(path, **config) as log:
         append = log.append
         started = time.perf_counter()
-        for i in range(records):
-            append(b"%016d" % i, VALUE)
+        for i, value in enumerate(values):
+            append(b"%016d" % i, value)
         elapsed = time.perf_counter() - started
     return records / elapsed
+
+
+def _random_values(records: int) -> list[bytes]:
+    data = random.Random(12).randbytes(records * len(VALUE))
+    return [data[i : i + len(VALUE)] for i in range(0, len(data), len(VALUE))]
 
 
 def _segment_bytes(path: str) -> int:
@@ -84,11 +94,16 @@ def _stored_per_batch(log: Any) -> float:
     return sum(b.stored_batches for b in batches) / max(len(batches), 1)
 
 
-def run(records: int = 1_000_000, repeat: int = 3, root: str | None = None) -> dict[str, Any]:
+def run(
+    records: int = 1_000_000,
+    repeat: int = 3,
+    root: str | None = None,
+    random_values: bool = False,
+) -> dict[str, Any]:
     """Write, scan, compact, scan again; figures as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-readback-", dir=root) as scratch:
         path = os.path.join(scratch, "log")
-        append_rate = _write(path, records)
+        append_rate = _write(path, records, random_values)
         before_bytes = _segment_bytes(path)
         before = _scans(path, records, repeat)
         with compactlog.open(path) as log:
@@ -101,6 +116,7 @@ def run(records: int = 1_000_000, repeat: int = 3, root: str | None = None) -> d
         "setup": {
             "records": records,
             "record": "16 B key + 100 B value, distinct keys, one log.append each",
+            "values": "random bytes" if random_values else "one repeated string",
             "segment_bytes": segment_bytes_for(records),
             "repeat": repeat,
             "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -125,8 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the dict as JSON")
+    parser.add_argument(
+        "--random-values", action="store_true", help="random 100-byte values (default: one)"
+    )
     args = parser.parse_args(argv)
-    result = run(args.records, args.repeat)
+    result = run(args.records, args.repeat, random_values=args.random_values)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -44,6 +44,7 @@ Precommit file ``pre_commit``: file_header (magic "CLOGPRE\\0") then entries::
 
 from __future__ import annotations
 
+import mmap
 import struct
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -799,9 +800,10 @@ def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
 #
 # A log written by single appends is a file of one-record batches. Decoding each through
 # the columnar path above costs a dozen numpy calls per record; instead, readers take a run
-# of consecutive small batches at once: :func:`scan_small_run` walks and CRC-checks them
-# with one struct call and two crc32c calls per batch, checks their headers together, and
-# :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
+# of consecutive small batches at once: :func:`scan_small_run` walks them by their length
+# fields, checks every batch's own CRC for the whole run at once (:func:`rows_crcs` for
+# batches of one length, one crc32c call per body otherwise), checks their headers
+# together, and :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
 # concatenation of the batches' columns (the records, offsets, timestamps and headers of
 # ``decode_batch`` for each batch, in order).
 
@@ -852,10 +854,12 @@ def scan_small_run(
 
     Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
     whole run at once where they can be: the run's batches are found by their lengths
-    (:func:`_walk`), each body's CRC is one ``crc32c`` call, continued over the 48-byte
-    headers for all batches together (:func:`_continue_crc`), and the header fields are
-    checked as columns. The run stops before the first batch that is not small, not whole
-    below ``end``, not valid (left to :func:`check_batch`, which says why), whose offsets
+    (:func:`_walk`); the CRCs of a run of one batch length are computed together
+    (:func:`rows_crcs`), else each body's CRC is one ``crc32c`` call, continued over the
+    48-byte headers for all batches together (:func:`_continue_crc`); every batch's CRC is
+    compared with its own stored CRC, and the header fields are checked as columns. The
+    run stops before the first batch that is not small, not whole below ``end``, not
+    valid (left to :func:`check_batch`, which says why), whose offsets
     do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
     ``max_records`` records.
     """
@@ -863,31 +867,35 @@ def scan_small_run(
     stop = min(end, pos + max_bytes)
     # a batch holds at least one record unless it is empty: at most max_records batches
     # (cut to max_records records below)
-    found, pos = _walk(buf, pos, stop, max(max_records, 2))
+    found, pos, uniform = _walk(buf, pos, stop, max(max_records, 2))
     n = len(found)
     if n < 2:
         return None
-    positions = np.array(found, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
     first = found[0]
     length = found[1] - first
-    view = memoryview(buf)
-    if pos - first == n * length and bool((np.diff(positions) == length).all()):
-        # one batch length throughout (records of one size): the headers are one strided
-        # column of the run, and the bodies follow one length apart
-        block = np.ascontiguousarray(raw[first:pos].reshape(n, length)[:, :header_size])
-        spans = map(
-            slice, range(first + header_size, pos, length), range(first + length, pos + 1, length)
-        )
+    if uniform:
+        positions = np.arange(first, pos, length, dtype=np.int64)
+        # one batch length throughout (records of one size): the run is rows of one
+        # length, the headers one strided column of them
+        rows = raw[first:pos].reshape(n, length)
+        heads = np.ascontiguousarray(rows[:, :header_size]).view(_HEADER_DTYPE).ravel()
+        crcs = rows_crcs(rows)
     else:
+        positions = np.array(found, dtype=np.int64)
         block = _rows_at(raw, positions, header_size)
-        ends = [*found[1:], pos]
-        spans = map(slice, (positions + header_size).tolist(), ends)
-    heads = block.view(_HEADER_DTYPE).ravel()
-    body_crcs = np.fromiter(map(crc32c, map(view.__getitem__, spans)), dtype=np.uint32, count=n)
+        heads = block.view(_HEADER_DTYPE).ravel()
+        # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
+        # memoryview slice
+        getitem = (
+            buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else memoryview(buf).__getitem__
+        )
+        spans = map(slice, (positions + header_size).tolist(), [*found[1:], pos])
+        body_crcs = np.fromiter(map(crc32c, map(getitem, spans)), dtype=np.uint32, count=n)
+        crcs = _continue_crc(body_crcs, block[:, CRC_START:])
     count = heads["count"].astype(np.int64)
     bad = (
-        (_continue_crc(body_crcs, block[:, CRC_START:]) != heads["crc"])
+        (crcs != heads["crc"])
         | (heads["magic"] != BATCH_MAGIC)
         | (heads["codec"] > CODEC_ZSTD)
         | ((heads["flags"] & (0xFFFF ^ KNOWN_FLAGS)) != 0)
@@ -908,9 +916,10 @@ _LENGTH_COUNT = struct.Struct("<I16xI")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
 
 
-def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int]:
+def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int, bool]:
     """Positions of consecutive small batches whose lengths keep them whole below
-    ``stop`` (nothing else is checked here), and where they end.
+    ``stop`` (nothing else is checked here), where they end, and whether they all have
+    one length (each length field was read, or leapt over as equal to it).
 
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
     lengths in a row (single appends of records of one size), the length and count
@@ -924,6 +933,7 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
     header_size = BATCH_HEADER.size
     small = SMALL_BATCH_RECORDS
     previous = -1
+    uniform = True
     same = 0
     leap_after = _LEAP_AFTER
     raw: np.ndarray | None = None
@@ -937,6 +947,8 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
         append(pos)
         pos = following
         if length != previous:
+            if previous >= 0:
+                uniform = False
             previous = length
             same = 0
         elif same + 1 < leap_after:
@@ -948,9 +960,9 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
             rows = min((stop - pos) // length, max_batches - len(found))
             if rows <= 0:
                 continue  # no room for another batch of this length: walk on
-            block = raw[pos : pos + rows * length].reshape(rows, length)
-            lengths = np.ascontiguousarray(block[:, 0:4]).view("<u4").ravel()
-            counts = np.ascontiguousarray(block[:, 20:24]).view("<u4").ravel()
+            # the length and count fields of each would-be batch, as strided views
+            lengths = np.ndarray((rows,), "<u4", raw, pos, (length,))
+            counts = np.ndarray((rows,), "<u4", raw, pos + 20, (length,))
             matching = (lengths == length) & (counts <= small)
             leap = rows if bool(matching.all()) else int(np.argmin(matching))
             if leap < leap_after:
@@ -962,7 +974,7 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
     if len(found) > max_batches:
         pos = found[max_batches]
         del found[max_batches:]
-    return found, pos
+    return found, pos, uniform
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
@@ -1014,6 +1026,99 @@ def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero((messages != head).any(axis=0)).tolist():
         acc ^= part[i][messages[:, i]] ^ part[i][head[i]]
     return (shifted ^ acc) ^ np.uint32(ones)
+
+
+_ROWS_CRC_MAX_LENGTH = 4096  # longer batches: one crc32c call each (tables would be large)
+_ROWS_CRC_MAX_VARYING = 40  # a table lookup per varying byte costs ~1/40 of a crc32c call
+_SHIFT_ROWS: dict[int, np.ndarray] = {}
+
+
+def _shift_row(distance: int) -> np.ndarray:
+    """``row[v]``: the CRC-32C register (started at 0, no final inversion) after the byte
+    ``v`` followed by ``distance`` zero bytes. Built from ``crc32c`` itself, bit by bit
+    (the register is linear in ``v``), and kept."""
+    row = _SHIFT_ROWS.get(distance)
+    if row is None:
+        ones = 0xFFFFFFFF
+        zeros = bytes(distance)
+        bits = [crc32c(bytes((1 << b,)) + zeros, ones) ^ ones for b in range(8)]
+        values = np.arange(256)
+        row = np.zeros(256, dtype=np.uint32)
+        for b, contribution in enumerate(bits):
+            row[(values >> b) & 1 == 1] ^= np.uint32(contribution)
+        _SHIFT_ROWS[distance] = row
+    return row
+
+
+def rows_crcs(rows: np.ndarray) -> np.ndarray:
+    """The CRC of every stored batch of an ``(n, length)`` uint8 array whose rows are
+    whole batches of one length, each computed exactly as :func:`check_batch` does
+    (``crc32c`` of the body continued over header bytes [8, 48)), for the caller to
+    compare with the CRC fields in one vector comparison.
+
+    Two ways, the same values: by table (:func:`_rows_crcs_by_table`) where few byte
+    columns vary, else one ``crc32c`` call per row over its message (body, then header
+    bytes [8, 48)) gathered into one contiguous array, each call on a ``bytes`` item
+    (half the cost of slicing the buffer per batch).
+    """
+    crcs = _rows_crcs_by_table(rows)
+    if crcs is not None:
+        return crcs
+    n, length = rows.shape
+    header_size = BATCH_HEADER.size
+    messages = np.empty((n, length - CRC_START), dtype=np.uint8)
+    messages[:, : length - header_size] = rows[:, header_size:]
+    messages[:, length - header_size :] = rows[:, CRC_START:header_size]
+    items = messages.view(f"V{length - CRC_START}").ravel().tolist()
+    return np.fromiter(map(crc32c, items), dtype=np.uint32, count=n)
+
+
+def _rows_crcs_by_table(rows: np.ndarray) -> np.ndarray | None:
+    """:func:`rows_crcs` by table lookups, or ``None`` when that would not be faster
+    (rows too long, or too many byte columns vary).
+
+    Why it is exact and fast: the CRC is affine over GF(2), so for two messages ``a`` and
+    ``b`` of one length ``crc(a) ^ crc(b)`` is the XOR, over the byte positions ``i``
+    where they differ, of a table entry for ``(a[i] ^ b[i], distance of i to the end)``.
+    Single appends of records of one size differ in few byte positions (offsets,
+    timestamps, part of the key): the first row's CRC is one ``crc32c`` call and every
+    other row's is the first's corrected by one vectorised table lookup per varying
+    column. Each row's own bytes enter its own CRC; nothing is combined across rows.
+    """
+    n, length = rows.shape
+    if length > _ROWS_CRC_MAX_LENGTH or length <= BATCH_HEADER.size or n < 2:
+        return None
+    header_size = BATCH_HEADER.size
+    probe = min(n, 16)
+    if _varying_columns(rows[:probe]).size > _ROWS_CRC_MAX_VARYING:
+        return None  # varied records (random values): not worth the full comparison
+    varying = _varying_columns(rows)
+    varying = varying[varying >= CRC_START]  # the length and CRC fields are not covered
+    if varying.size > _ROWS_CRC_MAX_VARYING:
+        return None
+    first = rows[0]
+    crc = crc32c(first[CRC_START:header_size].tobytes(), crc32c(first[header_size:].tobytes()))
+    # the message is body (file columns [48, length)) then header bytes [8, 48): the
+    # distance of a file column to the message's last byte
+    message_last = length - CRC_START - 1
+    body = varying >= header_size
+    index = np.where(body, varying - header_size, varying - CRC_START + length - header_size)
+    acc = np.zeros(n, dtype=np.uint32)
+    for column, distance in zip(varying.tolist(), (message_last - index).tolist(), strict=True):
+        acc ^= _shift_row(distance)[rows[:, column]]
+    return acc ^ np.uint32(int(acc[0]) ^ crc)
+
+
+def _varying_columns(rows: np.ndarray) -> np.ndarray:
+    """Column indexes where some row differs from the row before it (every column that
+    is not constant), compared a word at a time where the row length allows."""
+    length = rows.shape[1]
+    for width in (8, 4, 2):
+        if length % width == 0 and rows.flags.c_contiguous:
+            words = rows.view(f"<u{width}")
+            wide = np.flatnonzero((words[1:] != words[:-1]).any(axis=0))
+            return (wide[:, None] * width + np.arange(width)).ravel()
+    return np.flatnonzero((rows[1:] != rows[:-1]).any(axis=0))
 
 
 def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch:

@@ -1,10 +1,17 @@
 """Reading a range of offsets across segments, without the writers' lock.
 
-The reader follows *offsets*, not files: after each segment it lists the directory again and
-finds the segment holding the next offset it wants. A segment replaced by the cleaner or
-removed by retention while being read is read to its end as it was (its descriptor keeps
-the old file alive); the next lookup lands in whatever holds the following offsets now, so
-no record is seen twice and none that still exists is missed.
+The reader follows *offsets*, not files: after each segment it finds the segment holding the
+next offset it wants. The directory is listed once per read, and again only when that
+listing is no longer enough: a segment it names is gone (the cleaner merged it into the
+segment before it, or retention removed it) or its last segment was read to the end (the
+writer may have rolled to new ones). A segment replaced by the cleaner or removed by
+retention while being read is read to its end as it was (its descriptor keeps the old file
+alive); the next lookup lands in whatever holds the following offsets now, so no record is
+seen twice and none that still exists is missed.
+
+Why a listing is kept: a cleaner never creates a segment name except at the end of the log
+(a roll) or as the first base of a group it merges (a name that already existed), so a
+listing stays a correct map from offsets to files until one of its names is missing.
 """
 
 from __future__ import annotations
@@ -12,8 +19,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
+from .errors import CorruptLogError, MissingSegmentError
 from .format import RecordBatch
 from .segment import HEADER_SIZE, SegmentReader, list_segments, lookup_position, read_index
+
+OPEN_ATTEMPTS = 20  # fresh listings in a row whose segment vanished before it was opened
 
 
 def iter_batches(directory: str, start: int, end: int | None) -> Iterator[RecordBatch]:
@@ -22,8 +32,12 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
     (:meth:`SegmentReader.runs`): callers work on offsets and columns, never on where
     stored batches begin."""
     next_offset = start
+    bases: list[int] | None = None  # the directory listing in use (None: list again)
+    missing = 0  # segments found missing since a segment was last opened
     while end is None or next_offset < end:
-        bases = list_segments(directory)
+        fresh = bases is None
+        if bases is None:
+            bases = list_segments(directory)
         if not bases:
             return
         i = bisect.bisect_right(bases, next_offset) - 1
@@ -33,7 +47,17 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
         base = bases[i]
         last = i == len(bases) - 1
         position = lookup_position(read_index(directory, base), base, next_offset)
-        with SegmentReader(directory, base, last_segment=last) as reader:
+        try:
+            reader = SegmentReader(directory, base, last_segment=last)
+        except MissingSegmentError:
+            # merged away or removed since the listing was made: list again
+            missing += fresh
+            if missing >= OPEN_ATTEMPTS:
+                raise
+            bases = None
+            continue
+        missing = 0
+        with reader:
             for batch in _batches_from(reader, position, next_offset):
                 if batch.next_offset <= next_offset:
                     continue
@@ -44,8 +68,8 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
                 if len(trimmed):
                     yield trimmed
         if last:
-            newer = list_segments(directory)
-            if not newer or newer[-1] <= base:
+            bases = list_segments(directory)
+            if not bases or bases[-1] <= base:
                 return
         else:
             next_offset = max(next_offset, bases[i + 1])
@@ -59,8 +83,6 @@ def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator
     if position == HEADER_SIZE:
         yield from reader.runs(position)
         return
-    from .errors import CorruptLogError
-
     try:
         iterator = reader.runs(position)
         first = next(iterator, None)
