@@ -100,5 +100,11 @@ class CompactLogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return CompactLogReader(self.parsed, schema)
 
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
+        from .writer import make_writer
+
+        return make_writer(self.options, schema, overwrite)
+
 
 __all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]
