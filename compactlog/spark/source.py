@@ -100,6 +100,12 @@ class CompactLogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return CompactLogReader(self.parsed, schema)
 
+    def streamReader(self, schema: StructType) -> Any:
+        """``spark.readStream.format("compactlog")``: see :mod:`compactlog.spark.stream`."""
+        from .stream import make_stream_reader
+
+        return make_stream_reader(self.options, self.parsed, schema)
+
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
         from .writer import make_writer
