@@ -328,10 +328,13 @@ class CompactLogWriter(DataSourceArrowWriter):
 
 def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, list[str]]:
     """Per log, the staged files the successful tasks named, in task order."""
-    staged = sorted(
-        (m for m in messages if isinstance(m, StagedFile) and m.path),
-        key=lambda m: (m.log, m.task, m.path),
-    )
+    flat: list[StagedFile] = []
+    for message in messages:
+        if isinstance(message, StagedFile):
+            flat.append(message)
+        elif message is not None and hasattr(message, "files"):  # partitioned.StagedFiles
+            flat.extend(message.files)
+    staged = sorted((m for m in flat if m.path), key=lambda m: (m.log, m.task, m.path))
     files: dict[str, list[str]] = {}
     for message in staged:
         files.setdefault(message.log, []).append(message.path)
