@@ -5,7 +5,8 @@
 
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``
 and ``bench_subscriber.run()`` are added when those modules exist and return a dict, and
-``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run).
+``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) and
+``bench_spark_stream.run(records=10 * records)`` (issue 11: streaming and the writer).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ OPTIONAL = (
     ("bench_compaction", lambda sizes: {"records": sizes.records}),
     ("bench_subscriber", lambda sizes: {}),
     ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
+    # issue 11: a 10M-record stream in micro-batches of 1M; the writer on 1M rows
+    ("bench_spark_stream", lambda sizes: {"records": sizes.records * 10}),
 )
 
 
