@@ -186,32 +186,46 @@ def test_available_now_respects_max_records_and_a_restart_reads_the_rest(spark, 
 
 APPENDER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     sys.path.insert(0, sys.argv[3])
     from tests.spark.test_spark_stream import write_ops
-    path, total = sys.argv[1], int(sys.argv[2])
-    for lo in range(1500, total, 150):
-        write_ops(path, lo, min(lo + 150, total))
-        time.sleep(0.05)
+    path, finish = sys.argv[1], sys.argv[2]
+    end = 1500
+    while not os.path.exists(finish):  # append until the test says stop
+        write_ops(path, end, end + 100)
+        end += 100
+        time.sleep(0.1)
     """
 )
+
+
+def progress_with_rows(query):
+    return sum(1 for p in query.recentProgress if p["numInputRows"])
+
+
+def wait_for_batches(query, count, timeout=120):
+    deadline = time.monotonic() + timeout
+    while progress_with_rows(query) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert progress_with_rows(query) >= count, query.exception()
 
 
 def test_a_stream_over_a_log_being_appended_and_compacted_survives_a_restart(spark, tmp_path):
     path = str(tmp_path / "log")
     checkpoint, changes, table = (str(tmp_path / n) for n in ("checkpoint", "changes", "table"))
-    total = 6000
+    finish = tmp_path / "finish"
     write_ops(path, 0, 1500)
     appender = subprocess.Popen(
-        [sys.executable, "-c", APPENDER, path, str(total), str(REPO)], cwd=str(REPO)
+        [sys.executable, "-c", APPENDER, path, str(finish), str(REPO)], cwd=str(REPO)
     )
     stop_compacting = threading.Event()
+    passes = []
 
     def compact_while_appending():
         with compactlog.open(path, min_compaction_lag_ms=0) as log:
             while not stop_compacting.is_set():
-                log.compact(force=True)
-                time.sleep(0.2)
+                passes.append(log.compact(force=True))
+                time.sleep(0.5)
 
     compactor = threading.Thread(target=compact_while_appending)
     compactor.start()
@@ -234,23 +248,27 @@ def test_a_stream_over_a_log_being_appended_and_compacted_survives_a_restart(spa
         )
 
     try:
-        query = start({"processingTime": "1 second"})
-        deadline = time.monotonic() + 120
-        while len(query.recentProgress) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        query = start({"processingTime": "0.5 seconds"})
+        wait_for_batches(query, 2)
         query.stop()  # possibly mid-batch: the restart replays it
-        assert appender.wait(timeout=120) == 0
+        assert appender.poll() is None  # appends go on while the query is down
+        query = start({"processingTime": "0.5 seconds"})  # restarted from the checkpoint
+        wait_for_batches(query, 1)
+        query.stop()
     finally:
+        finish.touch()
+        assert appender.wait(timeout=60) == 0
         stop_compacting.set()
         compactor.join()
-        if appender.poll() is None:
-            appender.kill()
-    query = start({"availableNow": True})
+    assert len(passes) >= 2
+    query = start({"availableNow": True})  # drain what is left
     query.awaitTermination(180)
+    assert query.exception() is None
 
     with compactlog.open(path, read_only=True) as log:
         in_log = {r.offset: (r.key, r.value) for r in log.read()}
-        assert log.end_offset == total
+        total = log.end_offset
+    assert total > 1500
     streamed = pq.read_table(changes).to_pylist()
     offsets = [r["offset"] for r in streamed]
     assert len(offsets) == len(set(offsets))  # no duplicates, replays included
