@@ -200,6 +200,13 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 def make_stream_reader(raw: Mapping[str, str], options: ReadOptions, schema: StructType) -> Any:
     """What ``DataSource.streamReader`` returns."""
+    from .partitioned import is_partitioned
+
+    if is_partitioned(os.path.abspath(options.path)):
+        raise ConfigError(
+            f"{options.path} is a directory of logs: a stream reads one log, so start one "
+            "query per partition-<N> log"
+        )
     return CompactLogStreamReader(options, parse_stream_options(raw, options), schema)
 
 

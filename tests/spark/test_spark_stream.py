@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 import compactlog
 from compactlog.errors import ConfigError
 from compactlog.spark.options import parse_options
+from compactlog.spark.partitioned import prepare_partitioned
 from compactlog.spark.stream import current_table, make_stream_reader, upsert_into_parquet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,6 +97,9 @@ def test_a_stream_needs_changelog_mode_and_an_existing_log(tmp_path):
         make_stream_reader(raw, parse_options(raw), CHANGELOG)
     with pytest.raises(compactlog.CompactLogError):
         reader(tmp_path / "missing")
+    prepare_partitioned(str(tmp_path / "table"), 2)
+    with pytest.raises(ConfigError, match="one query per partition"):
+        reader(tmp_path / "table")
 
 
 def test_admission_control_and_the_available_now_target(tmp_path):
