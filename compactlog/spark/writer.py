@@ -138,7 +138,7 @@ def task_identity() -> tuple[int, int]:
 
 
 class StagingFile:
-    """An Arrow IPC stream being written as ``<name>.partial``; :meth:`finish` fsyncs it and
+    """An Arrow IPC stream being written as ``<name>.partial``; :meth:`finish` closes it and
     renames it to ``<name>`` (so a complete name is always a complete file)."""
 
     def __init__(self, job_dir: str, name: str, schema: pa.Schema) -> None:
@@ -156,13 +156,10 @@ class StagingFile:
         self.records += batch.num_rows
 
     def finish(self) -> str:
+        """Close and rename. No fsync: the driver's commit reads the file back and the
+        log's flush is what makes the records durable; a machine that crashes before the
+        commit fails the job, and a staged file is never appended without a commit."""
         self.writer.close()
-        self.sink.flush()
-        fd = os.open(self.path + PARTIAL_SUFFIX, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         self.sink.close()
         os.rename(self.path + PARTIAL_SUFFIX, self.path)
         return self.path
@@ -234,7 +231,9 @@ def commit_staged(job_dir: str, files: dict[str, list[str]]) -> dict[str, range]
     ``<stagingDir>/<job id>``, created by the driver before any task runs):
 
     1. Each task attempt writes ``<job>/task-<partition>-<attempt>-<uuid>.arrow.partial``,
-       fsyncs it and renames it to ``.arrow``; it returns the name in its commit message.
+       closes it and renames it to ``.arrow`` (no fsync: only this job's commit reads it,
+       and the log's flush in step 3 is what makes records durable); it returns the name
+       in its commit message.
        A task that dies or fails leaves a ``.partial`` or an ``.arrow`` file that no commit
        message names; a retried task writes a new file under a new name. Nothing is in the
        log. If the job then fails, :meth:`CompactLogWriter.abort` removes ``<job>``.
