@@ -35,8 +35,8 @@ ENV PATH="${SPARK_HOME}/bin:${PATH}"
 # a non-root user owns the logs volume
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/compactlog \
         compactlog \
-    && mkdir -p /data/logs \
-    && chown 10001:10001 /data/logs
+    && mkdir -p /data/logs /data/tables \
+    && chown 10001:10001 /data/logs /data/tables
 USER 10001:10001
 WORKDIR /home/compactlog
 

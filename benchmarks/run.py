@@ -6,7 +6,8 @@
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
 ``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)``,
 ``bench_jlog.run(records=...)`` (record at a time against JLog's C library, built on first
-use) and ``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) are
+use), ``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) and
+``bench_spark_stream.run(records=10 * records)`` (issue 11: streaming and the writer) are
 added when those modules exist and return a dict.
 """
 
@@ -34,6 +35,8 @@ OPTIONAL = (
     ("bench_readback", lambda sizes: {"records": sizes.records}),
     ("bench_jlog", lambda sizes: {"records": sizes.records}),
     ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
+    # issue 11: a 10M-record stream in micro-batches of 1M; the writer on 1M rows
+    ("bench_spark_stream", lambda sizes: {"records": sizes.records * 10}),
 )
 
 

@@ -103,7 +103,8 @@ def test_the_validator_is_real_it_rejects_a_top_level_name(tmp_path):
 
 def test_the_services_are_the_cleaner_a_spark_master_and_a_worker_from_one_image():
     services = compose()["services"]
-    assert set(services) == {"cleaner", "spark-master", "spark-worker"}
+    assert set(services) == {"cleaner", "spark-master", "spark-worker", "restore"}
+    assert services["restore"]["profiles"] == ["restore"]  # a one-off job, not started by up
     images = {service.get("image") for service in services.values()}
     assert len(images) == 1  # every service runs the one image
     for service in services.values():
@@ -156,12 +157,35 @@ def test_spark_runs_in_the_foreground_from_pip_pyspark():
 
 def test_one_named_volume_of_logs_is_shared_by_every_service_at_the_cleaned_root():
     document = compose()
-    assert set(document["volumes"]) == {"logs"}
+    assert set(document["volumes"]) == {"logs", "tables"}
     for name, service in document["services"].items():
         assert "logs:/data/logs" in service["volumes"], name
+    # restore's output lies outside the cleaned root, on a volume its executors can write
+    for name in ("spark-worker", "restore"):
+        assert "tables:/data/tables" in document["services"][name]["volumes"], name
     assert any(
-        word == "RUN" and "mkdir -p /data/logs" in rest for word, rest in dockerfile_instructions()
+        word == "RUN" and "mkdir -p /data/logs /data/tables" in rest
+        for word, rest in dockerfile_instructions()
     )
+
+
+def test_the_restore_job_runs_compactlog_restore_against_the_compose_master():
+    from click.testing import CliRunner
+    from compactlog.cli.main import cli
+
+    services = compose()["services"]
+    command = [str(part) for part in services["restore"]["command"]]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert command[:2] == ["compactlog", "restore"] and command[0] in scripts
+    master = [str(p) for p in services["spark-master"]["command"]]
+    port = master[master.index("--port") + 1]
+    assert command[command.index("--master") + 1] == f"spark://spark-master:{port}"
+    assert command[command.index("--to") + 1].startswith("/data/tables/")
+    assert command[2].startswith("/data/logs/")
+    # every flag the job passes is one `compactlog restore` has
+    flags = {word for word in command[3:] if word.startswith("--")}
+    help_text = CliRunner().invoke(cli, ["restore", "--help"]).output
+    assert flags and all(flag in help_text for flag in flags), help_text
 
 
 def test_published_ports_match_what_the_services_listen_on():

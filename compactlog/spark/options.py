@@ -32,6 +32,11 @@ KNOWN = {
     "snapshot",
     "snapshotdir",
     "snapshotretentionminutes",
+    # streaming (stream.py) and writing (writer.py, partitioned.py)
+    "maxrecordspertrigger",
+    "startingoffsets",
+    "stagingdir",
+    "numlogs",
 }
 
 
@@ -116,7 +121,8 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         raise ConfigError(
             f"unknown compactlog option(s) {', '.join(unknown)} (known: mode, asOfOffset, "
             "allowInexact, startOffset, endOffset, keys, keysHex, valueFormat, valueSchema, "
-            "numPartitions, snapshot, snapshotDir, snapshotRetentionMinutes)"
+            "numPartitions, snapshot, snapshotDir, snapshotRetentionMinutes, maxRecordsPerTrigger, "
+            "startingOffsets, stagingDir, numLogs)"
         )
     path = options.get("path")
     if not path:

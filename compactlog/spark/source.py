@@ -95,10 +95,30 @@ class CompactLogDataSource(DataSource):
         self.parsed = parse_options(options)
 
     def schema(self) -> str:
+        from .partitioned import PARTITION_COLUMN, is_partitioned
+
+        if is_partitioned(self.parsed.path):  # a directory of logs: compactlog/spark/partitioned.py
+            return f"{schema_ddl(self.parsed)}, {PARTITION_COLUMN} INT"
         return schema_ddl(self.parsed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from .partitioned import PartitionedReader, is_partitioned
+
+        if is_partitioned(self.parsed.path):
+            return PartitionedReader(self.parsed, schema)
         return CompactLogReader(self.parsed, schema)
+
+    def streamReader(self, schema: StructType) -> Any:
+        """``spark.readStream.format("compactlog")``: see :mod:`compactlog.spark.stream`."""
+        from .stream import make_stream_reader
+
+        return make_stream_reader(self.options, self.parsed, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
+        from .writer import make_writer
+
+        return make_writer(self.options, schema, overwrite)
 
 
 __all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]

@@ -1,0 +1,241 @@
+"""Many logs as one table: a directory of ``partition-<N>`` logs, as a Kafka topic has
+partitions.
+
+Layout: ``<table>/partition-0``, ``<table>/partition-1``, ... each an ordinary log (the
+cleaner service compacts each on its own). ``<table>`` itself is not a log. Reading it with
+``spark.read.format("compactlog").load(table)`` gives the union of its logs with an extra
+``partition int`` column, one or more Spark partitions per log; every option applies to each
+log (latest mode is per log, which is the whole truth when each key lives in one log, as
+the writer guarantees).
+
+Writing with ``.option("numLogs", N)`` hashes each key to one of ``N`` logs
+(:func:`key_partitions`: 64-bit FNV-1a of the key bytes, modulo ``N``; stable across
+versions and machines, so a key always lands in the same log and compaction keeps working).
+A null key goes to partition 0. ``N`` is fixed once the directory exists: writing with a
+different ``N`` is refused (it would send keys to other logs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
+
+from ..errors import ConfigError
+from .options import ReadOptions
+from .writer import (
+    STAGED_SUFFIX,
+    CompactLogWriter,
+    StagedFile,
+    StagingFile,
+    normalize,
+    task_identity,
+)
+
+PARTITION_PREFIX = "partition-"
+PARTITION_COLUMN = "partition"
+_NAME = re.compile(r"^partition-(\d+)$")
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def partition_dir(table: str, index: int) -> str:
+    return os.path.join(table, f"{PARTITION_PREFIX}{index}")
+
+
+def list_partitions(table: str) -> list[tuple[int, str]]:
+    """``(partition number, log directory)`` of every log in ``table``, by number."""
+    if not os.path.isdir(table):
+        return []
+    found = []
+    for name in os.listdir(table):
+        match = _NAME.match(name)
+        directory = os.path.join(table, name)
+        if match and os.path.exists(os.path.join(directory, "meta")):
+            found.append((int(match.group(1)), directory))
+    return sorted(found)
+
+
+def is_partitioned(path: str) -> bool:
+    """A directory of logs (and not itself a log)."""
+    return not os.path.exists(os.path.join(path, "meta")) and bool(list_partitions(path))
+
+
+def prepare_partitioned(table: str, count: int) -> list[str]:
+    """Make ``table`` a directory of ``count`` logs (creating missing ones); refuse a log
+    or a directory with another number of logs."""
+    from ..log import open_log
+
+    if os.path.exists(os.path.join(table, "meta")):
+        raise ConfigError(
+            f"{table} is a single log: numLogs writes a directory of logs (use another path, "
+            "or drop numLogs to append to this log)"
+        )
+    existing = list_partitions(table)
+    if existing and [n for n, _d in existing] != list(range(count)):
+        raise ConfigError(
+            f"{table} holds {len(existing)} logs (partitions "
+            f"{', '.join(str(n) for n, _d in existing)}), not numLogs={count}: changing the "
+            "number of logs would send keys to other logs"
+        )
+    directories = [partition_dir(table, i) for i in range(count)]
+    for directory in directories:
+        if not os.path.exists(os.path.join(directory, "meta")):
+            open_log(directory).close()
+    return directories
+
+
+def fnv1a64(key: bytes) -> int:
+    """The reference definition of the key hash (the vectorized one must agree)."""
+    h = int(FNV_OFFSET)
+    for byte in key:
+        h = ((h ^ byte) * int(FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def key_partitions(keys: pa.Array, count: int) -> np.ndarray:
+    """The log (``0..count-1``) of every key of a ``binary`` Arrow array: FNV-1a 64 of its
+    bytes modulo ``count``; null keys go to 0. Vectorized over keys, one step per byte
+    position of the longest key."""
+    n = len(keys)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    ends = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + n + 1]
+    data_buffer = keys.buffers()[2]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0)
+    starts = ends[:-1].astype(np.int64)
+    lengths = (ends[1:] - ends[:-1]).astype(np.int64)
+    h = np.full(n, FNV_OFFSET, dtype=np.uint64)
+    for position in range(int(lengths.max(initial=0))):
+        live = np.flatnonzero(lengths > position)
+        h[live] = (h[live] ^ data[starts[live] + position].astype(np.uint64)) * FNV_PRIME
+    result = (h % np.uint64(count)).astype(np.int32)
+    if keys.null_count:
+        result[keys.is_null().to_numpy(zero_copy_only=False)] = 0
+    return result
+
+
+# -- writing --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFiles(WriterCommitMessage):
+    """A partitioned task's staged files, one per log it wrote to."""
+
+    files: tuple[StagedFile, ...]
+
+
+class PartitionedWriter(CompactLogWriter):
+    """Stages each task's rows per target log; the driver appends each log's files
+    (the protocol of :func:`compactlog.spark.writer.commit_staged`, per log)."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        count = self.options.num_logs or 1
+        partition, attempt = task_identity()
+        tag = uuid.uuid4().hex[:12]
+        staged: dict[int, StagingFile] = {}
+        for batch in iterator:
+            batch = normalize(batch)
+            targets = key_partitions(batch.column(batch.schema.names.index("key")), count)
+            for log_index in np.unique(targets).tolist():
+                part = batch.filter(pa.array(targets == log_index))
+                if log_index not in staged:
+                    name = f"task-{partition:05d}-{attempt}-{tag}-log{log_index}{STAGED_SUFFIX}"
+                    staged[log_index] = StagingFile(self.job_dir, name, batch.schema)
+                staged[log_index].write(part)
+        return StagedFiles(
+            tuple(
+                StagedFile(
+                    staged[i].finish(),
+                    staged[i].records,
+                    partition,
+                    partition_dir(self.options.path, i),
+                )
+                for i in sorted(staged)
+            )
+        )
+
+
+# -- reading --------------------------------------------------------------------------
+
+
+class PartitionedInputPartition(InputPartition):
+    """Offsets ``[start, end)`` of log ``log`` (the ``plan``-th plan of the reader)."""
+
+    def __init__(self, index: int, plan: int, log: int, start: int, end: int) -> None:
+        super().__init__(index)
+        self.index, self.plan, self.log, self.start, self.end = index, plan, log, start, end
+
+    def __repr__(self) -> str:
+        return f"PartitionedInputPartition(log {self.log}, offsets {self.start}..{self.end})"
+
+
+def log_schema(schema: Any) -> Any:
+    """The read schema without the ``partition`` column (what each log produces)."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in schema.fields if f.name != PARTITION_COLUMN])
+
+
+class PartitionedReader(DataSourceReader):
+    """Plans every log of the directory (each through its own implicit snapshot)."""
+
+    def __init__(self, options: ReadOptions, schema: Any) -> None:
+        from .arrow import Layout, target_schema
+        from .batch import plan_read
+
+        self.options = options
+        self.schema = schema
+        Layout(target_schema(log_schema(schema)), options.value_format).check()
+        self.logs = list_partitions(os.path.abspath(options.path))
+        self.plans = [plan_read(replace(options, path=directory)) for _n, directory in self.logs]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        parts: list[InputPartition] = []
+        for plan_index, ((number, _directory), plan) in enumerate(
+            zip(self.logs, self.plans, strict=True)
+        ):
+            for p in plan.partitions:
+                if p.end > p.start:
+                    parts.append(
+                        PartitionedInputPartition(len(parts), plan_index, number, p.start, p.end)
+                    )
+        return parts or [PartitionedInputPartition(0, -1, 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from .arrow import Layout, target_schema, to_arrow
+        from .batch import Partition, read_partition
+
+        assert isinstance(partition, PartitionedInputPartition)
+        if partition.plan < 0:
+            return
+        full = target_schema(self.schema)
+        layout = Layout(target_schema(log_schema(self.schema)), self.options.value_format)
+        plan = self.plans[partition.plan]
+        part = Partition(partition.index, partition.start, partition.end)
+        for columns, keep in read_partition(plan, part):
+            batch = to_arrow(columns, keep, layout)
+            number = pa.array(np.full(batch.num_rows, partition.log, dtype=np.int32))
+            arrays = {name: batch.column(name) for name in batch.schema.names}
+            arrays[PARTITION_COLUMN] = number
+            yield pa.RecordBatch.from_arrays([arrays[f.name] for f in full], schema=full)
+
+
+__all__ = [
+    "PARTITION_COLUMN",
+    "PartitionedReader",
+    "PartitionedWriter",
+    "StagedFiles",
+    "fnv1a64",
+    "is_partitioned",
+    "key_partitions",
+    "list_partitions",
+    "prepare_partitioned",
+]
