@@ -17,6 +17,15 @@ as it last published them therefore knows, without reading the segment's size, t
 else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
 sends the next writer through the full validation. The file is 64 bytes long.
 
+Every writer publishes the head with a store into that mmap (no system call), so the
+``pwrite`` that inotify would see is gone from the append path. Byte 37 is the *doorbell*:
+a subscriber about to sleep on its inotify watch of ``.lock`` stores 1 there (into its own
+map, which makes no event) and then checks the head once more; a writer that publishes a
+head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
+just stored, which inotify reports to every sleeping subscriber. So a writer pays the
+system call only when someone is waiting, and a subscriber that cannot map the file, or
+misses a ring, still re-checks the head on its safety timer (``subscriber._Watcher``).
+
 ``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
 it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
 exclusive`` into it), so an exclusive writer and any other writer refuse each other at
@@ -40,6 +49,7 @@ FLAG_PRECOMMIT_PENDING = 1
 assert HEAD.size == 36
 WRITING_MARK = HEAD.size  # byte 36 of .lock: 1 while a writer is between data and head
 PUBLISHED_SIZE = HEAD.size + 1  # what publishing a head writes: the head and a cleared mark
+DOORBELL = PUBLISHED_SIZE  # byte 37 of .lock: 1 while a subscriber sleeps waiting for a head
 LOCK_FILE_SIZE = 64
 _HEAD_FIELDS = struct.Struct("<IIqqq")  # the head without its CRC
 _HEAD_CRC_MARK = struct.Struct("<IB")  # the CRC and a cleared writing mark
@@ -110,6 +120,42 @@ def encode_published(flags: int, active_base: int, end_offset: int, active_size:
     (Fields as arguments, not a :class:`Head`: this runs once per append.)"""
     fields = _HEAD_FIELDS.pack(HEAD_MAGIC, flags, active_base, end_offset, active_size)
     return fields + _HEAD_CRC_MARK.pack(crc32c(fields), 0)
+
+
+_HEAD_CRC = struct.Struct("<I")
+
+
+def publish_into(
+    buffer: bytearray,
+    fields: memoryview,
+    flags: int,
+    active_base: int,
+    end_offset: int,
+    active_size: int,
+) -> None:
+    """Pack the bytes :func:`encode_published` returns into ``buffer`` (at least
+    :data:`PUBLISHED_SIZE` long, byte 36 left 0; ``fields`` is ``memoryview(buffer)[:32]``,
+    made once), allocating nothing: the per-append form."""
+    _HEAD_FIELDS.pack_into(buffer, 0, HEAD_MAGIC, flags, active_base, end_offset, active_size)
+    _HEAD_CRC.pack_into(buffer, HEAD.size - 4, crc32c(fields))
+
+
+def map_lock_file_if_present(path: str) -> mmap.mmap | None:
+    """A writable map of ``.lock`` for a subscriber's doorbell, or ``None`` when the file is
+    missing, shorter than :data:`LOCK_FILE_SIZE` (no writer mapped it yet) or not writable
+    by this process. Never creates or grows the file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size < LOCK_FILE_SIZE:
+            return None
+        return mmap.mmap(fd, LOCK_FILE_SIZE)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def map_lock_file(path: str) -> mmap.mmap:
