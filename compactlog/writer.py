@@ -549,7 +549,7 @@ class SegmentWriter:
            the mark and keeps the whole batch it finds past the old head).
         """
         lock = self.lock
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(False):  # (positional: parsing a keyword costs a little)
             return self._append_queued([key, value, timestamp, headers, None])
         locked_here = False
         try:
@@ -582,7 +582,8 @@ class SegmentWriter:
                 self._roll()
                 active = self.active
                 position = active.size
-            head_map[WRITING_MARK] = 1  # 1.
+            if not self.exclusive_mode:  # 1. (no live writer could see an exclusive one's)
+                head_map[WRITING_MARK] = 1
             try:
                 if not (self._plain_fs and pwrite(active.fd, data, position) == size):
                     self.fs.pwritev(active.fd, [data], position)  # a short write, or a test's fs
