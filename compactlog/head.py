@@ -11,8 +11,8 @@ re-reads the directory and validates the tail (see ``writer.SegmentWriter._refre
 Readers may read the head without any lock: the CRC tells a torn read, which they retry.
 
 Byte 36 of ``.lock`` is the *writing mark*: a writer sets it to 1 (a store into its mmap of
-the file, no system call) before it writes a batch, and the ``pwrite`` that publishes the new
-head writes bytes [0, 37) and so clears it. A writer that finds the head and the mark exactly
+the file, no system call) before it writes a batch, and publishing the new head stores bytes
+[0, 37) and so clears it. A writer that finds the head and the mark exactly
 as it last published them therefore knows, without reading the segment's size, that nobody
 else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
 sends the next writer through the full validation. The file is 64 bytes long.
@@ -81,7 +81,7 @@ def decode_head(data: bytes) -> Head | None:
 
 
 def read_head(fd: int) -> Head | None:
-    for _ in range(3):  # a read racing a writer's pwrite fails its CRC: retry
+    for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         head = decode_head(os.pread(fd, HEAD.size, 0))
         if head is not None:
             return head
