@@ -323,9 +323,14 @@ class SegmentWriter:
 
     def _ring(self) -> None:
         """Answer the doorbell: clear it, then ``pwrite`` the head just stored (the same
-        bytes, so a reader racing it sees the head either way)."""
+        bytes, so a reader racing it sees the head either way). A failure is ignored: the
+        record is written and published, and a subscriber that misses the ring finds it on
+        its safety re-check; failing the append would invite a duplicate by a retry."""
         self.head_map[DOORBELL] = 0
-        self.fs.pwrite(self.lock_fd, self._published, 0)
+        try:
+            self.fs.pwrite(self.lock_fd, self._published, 0)
+        except OSError:
+            pass
 
     def _sync_head(self) -> None:
         """Make this process's view match the log (caller holds both locks).

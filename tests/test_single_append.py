@@ -464,3 +464,22 @@ def test_a_waiting_subscriber_is_woken_by_inotify_not_by_its_safety_timer(log_di
     finally:
         subscriber.close()
         reader.close()
+
+
+def test_a_failed_ring_does_not_fail_the_append(log_dir):
+    """The record is written and its head published before the ring: the append succeeds
+    (a retry would duplicate it) and readers see the record."""
+
+    class FailingRing(LockWritesFS):
+        def pwrite(self, fd, data, position):
+            if fd in self.lock_fds:
+                raise OSError(5, "injected")
+            return super().pwrite(fd, data, position)
+
+    with compactlog.open(log_dir, _fs=FailingRing()) as log:
+        log.append(b"a", b"1")
+        ring_doorbell(log_dir)
+        assert log.append(b"b", b"2") == 1
+        assert doorbell_of(log_dir) == 0
+        assert [r.key for r in log.read()] == [b"a", b"b"]
+        assert log.end_offset == 2
