@@ -180,6 +180,10 @@ class SegmentWriter:
         # Log.append may hand a plain record straight to append_record (no buffer to ask)
         self.plain_single = self.linger is None and self.precommit is None
         self._stop = threading.Event()
+        # set by close(), and by the first record put into an empty linger buffer: the
+        # interval thread sleeps on it, so that it does not wake every linger_ms while the
+        # buffer is empty
+        self._kick = threading.Event()
         self._background: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -200,7 +204,11 @@ class SegmentWriter:
         interval = self.config.sync_interval_ms / 1000
         linger = self.config.linger_ms / 1000
         next_interval = time.monotonic() + interval
-        while not self._stop.wait(self._background_wait(next_interval, linger)):
+        while True:
+            self._kick.wait(self._background_wait(next_interval, linger))
+            self._kick.clear()
+            if self._stop.is_set():
+                break
             try:
                 if self.linger is not None:
                     self.flush_linger(older_than=linger)
@@ -219,10 +227,10 @@ class SegmentWriter:
         now = time.monotonic()
         wait = next_interval - now
         buffer = self.linger
-        if buffer is not None:
-            # a racy read is fine: at worst the timer fires once more, early or late by a tick
-            due = buffer.started + linger if buffer.count else now + linger
-            wait = min(wait, due - now)
+        # a racy read is fine: a record buffered after it kicks the thread awake (an empty
+        # buffer has no deadline, the next interval is the only one)
+        if buffer is not None and buffer.count:
+            wait = min(wait, buffer.started + linger - now)
         return max(wait, 0.0005)
 
     def close(self, on_final_head: Callable[[Head], None] | None = None) -> Head | None:
@@ -233,6 +241,7 @@ class SegmentWriter:
         if self.closed:
             return None
         self._stop.set()
+        self._kick.set()
         if self._background is not None:
             self._background.join()
         head = None
@@ -910,7 +919,10 @@ class SegmentWriter:
                 except OSError as error:
                     raise self._refusal(error) from error
                 buffer.start(self.end_offset, time.monotonic())
-            offset = buffer.append(key, value, timestamp, headers)
+                offset = buffer.append(key, value, timestamp, headers)
+                self._kick.set()  # the interval thread sleeps while the buffer is empty
+            else:
+                offset = buffer.append(key, value, timestamp, headers)
             if buffer.count >= self.config.batch_records or buffer.byte_count >= (
                 self.config.segment_bytes // 2
             ):
