@@ -140,10 +140,57 @@ def publish_into(
     _HEAD_CRC.pack_into(buffer, HEAD.size - 4, crc32c(fields))
 
 
-def map_lock_file_if_present(path: str) -> mmap.mmap | None:
+class SharedBytes:
+    """A writable shared mapping of a file's first bytes that keeps no descriptor open.
+
+    Python's ``mmap`` keeps a duplicate of the descriptor it maps, and a process holding
+    ``.lock`` open for writing counts as a writer (``compactlog.cli`` lists those, and
+    refuses ``repair`` while one is there); a subscriber is not one, so its doorbell map is
+    made with ``mmap(2)`` through ``ctypes`` and the descriptor is closed at once."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap failed")
+        self._munmap = libc.munmap
+        self._address: int | None = address
+        self._size = size
+        self._view = (ctypes.c_ubyte * size).from_address(address)
+
+    def __getitem__(self, index: int) -> int:
+        if self._address is None:
+            raise ValueError("mapping closed")
+        return self._view[index]
+
+    def __setitem__(self, index: int, value: int) -> None:
+        if self._address is None:
+            raise ValueError("mapping closed")
+        self._view[index] = value
+
+    def close(self) -> None:
+        if self._address is not None:
+            address, self._address = self._address, None
+            del self._view
+            self._munmap(address, self._size)
+
+
+def map_lock_file_if_present(path: str) -> SharedBytes | None:
     """A writable map of ``.lock`` for a subscriber's doorbell, or ``None`` when the file is
     missing, shorter than :data:`LOCK_FILE_SIZE` (no writer mapped it yet) or not writable
-    by this process. Never creates or grows the file."""
+    by this process. Never creates or grows the file, and keeps no descriptor open."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
@@ -151,8 +198,8 @@ def map_lock_file_if_present(path: str) -> mmap.mmap | None:
     try:
         if os.fstat(fd).st_size < LOCK_FILE_SIZE:
             return None
-        return mmap.mmap(fd, LOCK_FILE_SIZE)
-    except OSError:
+        return SharedBytes(fd, LOCK_FILE_SIZE)
+    except (OSError, AttributeError):
         return None
     finally:
         os.close(fd)

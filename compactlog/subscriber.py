@@ -54,7 +54,6 @@ import ctypes.util
 import errno
 import fcntl
 import logging
-import mmap
 import os
 import select
 import threading
@@ -84,7 +83,7 @@ from .format import (
     read_batch_header,
     scan_small_run,
 )
-from .head import DOORBELL, Head, map_lock_file_if_present, read_head
+from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
@@ -494,7 +493,7 @@ class _Watcher:
         self.fd = -1
         self.reliable = True
         self.lock_path = lock_path
-        self.doorbell: mmap.mmap | None = None  # writable map of .lock, made on first wait
+        self.doorbell: SharedBytes | None = None  # writable map of .lock, made on first wait
         self.missed = 0  # head moves seen without an event, in a row
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -559,6 +558,9 @@ class _Watcher:
             if got:
                 self.missed = 0
             elif ready():
+                if self._drain():
+                    self.missed = 0  # the event came between the timeout and the check
+                    return True
                 # the head moved without an event: a ring lost to a race (rare), no map of
                 # the file, or a file system that does not notify; after a few, sleep-poll
                 self.missed += 1
