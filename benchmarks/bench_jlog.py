@@ -244,6 +244,9 @@ def directory_bytes(path: Path) -> int:
 Steps = Generator[None, None, None]
 
 
+CPU: dict[str, float] = {}  # CPU seconds (time.process_time) of each system's timed steps
+
+
 def interleaved(systems: dict[str, Callable[[], Steps]], say: Callable[[str], None]):
     """Run the systems in rounds, one step of each per round, summing each one's step times.
 
@@ -252,7 +255,9 @@ def interleaved(systems: dict[str, Callable[[], Steps]], say: Callable[[str], No
     last ``yield`` is untimed teardown. Interleaving gives every system the same share of
     whatever else the machine is doing (it has 2 cores shared with other work), so ratios
     taken in one run hold even when absolute figures move. A system that cannot run (JLog
-    not built) gets ``None`` and its reason."""
+    not built) gets ``None`` and its reason. The CPU time of the same steps (the process's,
+    so background threads count) goes into :data:`CPU`: on a loaded machine it is the steadier
+    measure, as it leaves out the time the process waited for a core."""
     running: dict[str, Steps] = {}
     times: dict[str, tuple[float | None, str]] = {}
     for name, make in systems.items():
@@ -267,13 +272,14 @@ def interleaved(systems: dict[str, Callable[[], Steps]], say: Callable[[str], No
     say(f"  {', '.join(running)}")
     while running:
         for name, steps in list(running.items()):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             try:
                 next(steps)
             except StopIteration:
                 del running[name]
                 continue
             elapsed = time.perf_counter() - started
+            CPU[name] = CPU.get(name, 0.0) + time.process_time() - cpu_started
             times[name] = ((times[name][0] or 0.0) + elapsed, "")
     return times
 
@@ -417,6 +423,7 @@ def run(
         UNAVAILABLE[0] = str(error)
         say(f"JLog unavailable: {error}")
     load_before = os.getloadavg()
+    CPU.clear()
     base = Path(tempfile.mkdtemp(prefix="jlog-", dir=root))
     paths = {name: base / name for name in ("raw", "jlog", "jlog-unsafe", "single", "batches")}
     try:
@@ -483,6 +490,9 @@ def run(
     figures["payload_bytes"] = payload
     figures["load_average"] = f"{load_before[0]:.2f} before, {load_after[0]:.2f} after"
     figures["jlog"] = "built" if jlog is not None else f"unavailable: {UNAVAILABLE[0]}"
+    figures["cpu_us_per_record"] = {
+        name: round(cpu / records * 1e6, 2) for name, cpu in CPU.items()
+    }
     figures["markdown"] = markdown(rows, records, sizes, figures["load_average"])
     return figures
 
@@ -575,6 +585,20 @@ def markdown(
         )
     disk = " / ".join(f"{name} {size / 1e6:,.0f} MB" for name, size in sizes.items() if size)
     lines += ["", f"Bytes on disk: {disk}."]
+    writes = [name for name in CPU if name.startswith("write: ")]
+    raw_cpu = CPU.get("write: raw Python loop")
+    if writes and raw_cpu:
+        lines += [
+            "",
+            "CPU time per record written (`time.process_time` of the same steps; steadier "
+            "than the rates above on a loaded machine):",
+            "",
+            "| writer | CPU per record | raw loop / this |",
+            "|---|---|---|",
+        ]
+        for name in writes:
+            cpu = CPU[name]
+            lines.append(f"| {name[7:]} | {cpu / records * 1e6:.2f} us | {raw_cpu / cpu:.2f}x |")
     notes = sorted({note for _, note in rows.values() if note})
     lines += [f"- {note}" for note in notes]
     return "\n".join(lines)

@@ -11,11 +11,20 @@ re-reads the directory and validates the tail (see ``writer.SegmentWriter._refre
 Readers may read the head without any lock: the CRC tells a torn read, which they retry.
 
 Byte 36 of ``.lock`` is the *writing mark*: a writer sets it to 1 (a store into its mmap of
-the file, no system call) before it writes a batch, and the ``pwrite`` that publishes the new
-head writes bytes [0, 37) and so clears it. A writer that finds the head and the mark exactly
+the file, no system call) before it writes a batch, and publishing the new head stores bytes
+[0, 37) and so clears it. A writer that finds the head and the mark exactly
 as it last published them therefore knows, without reading the segment's size, that nobody
 else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
 sends the next writer through the full validation. The file is 64 bytes long.
+
+Every writer publishes the head with a store into that mmap (no system call), so the
+``pwrite`` that inotify would see is gone from the append path. Byte 37 is the *doorbell*:
+a subscriber about to sleep on its inotify watch of ``.lock`` stores 1 there (into its own
+map, which makes no event) and then checks the head once more; a writer that publishes a
+head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
+just stored, which inotify reports to every sleeping subscriber. So a writer pays the
+system call only when someone is waiting, and a subscriber that cannot map the file, or
+misses a ring, still re-checks the head on its safety timer (``subscriber._Watcher``).
 
 ``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
 it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
@@ -40,6 +49,7 @@ FLAG_PRECOMMIT_PENDING = 1
 assert HEAD.size == 36
 WRITING_MARK = HEAD.size  # byte 36 of .lock: 1 while a writer is between data and head
 PUBLISHED_SIZE = HEAD.size + 1  # what publishing a head writes: the head and a cleared mark
+DOORBELL = PUBLISHED_SIZE  # byte 37 of .lock: 1 while a subscriber sleeps waiting for a head
 LOCK_FILE_SIZE = 64
 _HEAD_FIELDS = struct.Struct("<IIqqq")  # the head without its CRC
 _HEAD_CRC_MARK = struct.Struct("<IB")  # the CRC and a cleared writing mark
@@ -71,7 +81,7 @@ def decode_head(data: bytes) -> Head | None:
 
 
 def read_head(fd: int) -> Head | None:
-    for _ in range(3):  # a read racing a writer's pwrite fails its CRC: retry
+    for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         head = decode_head(os.pread(fd, HEAD.size, 0))
         if head is not None:
             return head
@@ -110,6 +120,89 @@ def encode_published(flags: int, active_base: int, end_offset: int, active_size:
     (Fields as arguments, not a :class:`Head`: this runs once per append.)"""
     fields = _HEAD_FIELDS.pack(HEAD_MAGIC, flags, active_base, end_offset, active_size)
     return fields + _HEAD_CRC_MARK.pack(crc32c(fields), 0)
+
+
+_HEAD_CRC = struct.Struct("<I")
+
+
+def publish_into(
+    buffer: bytearray,
+    fields: memoryview,
+    flags: int,
+    active_base: int,
+    end_offset: int,
+    active_size: int,
+) -> None:
+    """Pack the bytes :func:`encode_published` returns into ``buffer`` (at least
+    :data:`PUBLISHED_SIZE` long, byte 36 left 0; ``fields`` is ``memoryview(buffer)[:32]``,
+    made once), allocating nothing: the per-append form."""
+    _HEAD_FIELDS.pack_into(buffer, 0, HEAD_MAGIC, flags, active_base, end_offset, active_size)
+    _HEAD_CRC.pack_into(buffer, HEAD.size - 4, crc32c(fields))
+
+
+class SharedBytes:
+    """A writable shared mapping of a file's first bytes that keeps no descriptor open.
+
+    Python's ``mmap`` keeps a duplicate of the descriptor it maps, and a process holding
+    ``.lock`` open for writing counts as a writer (``compactlog.cli`` lists those, and
+    refuses ``repair`` while one is there); a subscriber is not one, so its doorbell map is
+    made with ``mmap(2)`` through ``ctypes`` and the descriptor is closed at once."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap failed")
+        self._munmap = libc.munmap
+        self._address: int | None = address
+        self._size = size
+        self._view = (ctypes.c_ubyte * size).from_address(address)
+
+    def __getitem__(self, index: int) -> int:
+        if self._address is None:
+            raise ValueError("mapping closed")
+        return self._view[index]
+
+    def __setitem__(self, index: int, value: int) -> None:
+        if self._address is None:
+            raise ValueError("mapping closed")
+        self._view[index] = value
+
+    def close(self) -> None:
+        if self._address is not None:
+            address, self._address = self._address, None
+            del self._view
+            self._munmap(address, self._size)
+
+
+def map_lock_file_if_present(path: str) -> SharedBytes | None:
+    """A writable map of ``.lock`` for a subscriber's doorbell, or ``None`` when the file is
+    missing, shorter than :data:`LOCK_FILE_SIZE` (no writer mapped it yet) or not writable
+    by this process. Never creates or grows the file, and keeps no descriptor open."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size < LOCK_FILE_SIZE:
+            return None
+        return SharedBytes(fd, LOCK_FILE_SIZE)
+    except (OSError, AttributeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def map_lock_file(path: str) -> mmap.mmap:

@@ -23,9 +23,11 @@ start, appends a :class:`SkipEvent` to :attr:`Subscriber.skipped` and logs a war
 ``compactlog.subscriber`` logger. It never stalls (JLog's stalled-subscriber pathology).
 
 Waiting. ``poll(timeout_s=t)`` waits for the head's end offset to pass the position. On
-Linux it watches ``.lock`` with inotify (every head update is a ``pwrite`` there, by any
-process, so the wake-up is immediate); it re-checks at least every
-``INOTIFY_SAFETY_S`` in case an event is lost. Where inotify is missing or found not to
+Linux it watches ``.lock`` with inotify. Writers publish the head with a store into their
+mmap of the file, which inotify does not see, so before sleeping the subscriber sets the
+*doorbell* byte there (``head.py``) and the next writer answers it with one ``pwrite`` of the
+head, which wakes every sleeper at once; it re-checks at least every ``INOTIFY_SAFETY_S``
+in case an event is lost. Where inotify is missing or found not to
 fire, it sleeps in steps growing from 50 us to 2 ms between reads of the head.
 
 Exclusive consumers. A durable name has one consumer at a time, in all processes and
@@ -81,7 +83,7 @@ from .format import (
     read_batch_header,
     scan_small_run,
 )
-from .head import Head, read_head
+from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
@@ -107,6 +109,7 @@ READ_CHUNK = 1 << 20  # bytes read from a segment at a time (the rest is kept fo
 SLEEP_MIN_S = 50e-6  # sleep-polling: first sleep between reads of the head ...
 SLEEP_MAX_S = 2e-3  # ... doubling up to this
 INOTIFY_SAFETY_S = 0.05  # with inotify: re-check the head at least this often
+INOTIFY_MISSES = 3  # head moves found by that re-check in a row before falling back to sleeps
 COMMIT_ATTEMPTS = 3  # a log opened elsewhere removes stray ``.tmp`` files: retry then
 HOLDER_RECORD_BYTES = 32  # ``pid <n>`` padded: rewritten in place by one pwrite
 HOLDER_READ_ATTEMPTS = 20  # a holder that just took the lock writes its pid a moment later
@@ -489,6 +492,9 @@ class _Watcher:
     def __init__(self, lock_path: str) -> None:
         self.fd = -1
         self.reliable = True
+        self.lock_path = lock_path
+        self.doorbell: SharedBytes | None = None  # writable map of .lock, made on first wait
+        self.missed = 0  # head moves seen without an event, in a row
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -506,6 +512,21 @@ class _Watcher:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.doorbell is not None:
+            self.doorbell.close()
+            self.doorbell = None
+
+    def _ring_for_me(self) -> None:
+        """Ask the next writer to ``pwrite`` the head (see ``head.py``): a store into the
+        map, which makes no inotify event for the other sleepers. Call before the last
+        check of the head, so that a writer publishing after that check finds it set."""
+        doorbell = self.doorbell
+        if doorbell is None:
+            doorbell = self.doorbell = map_lock_file_if_present(self.lock_path)
+            if doorbell is None:
+                return  # no map yet (or read-only): the safety timer finds the head moved
+        if not doorbell[DOORBELL]:
+            doorbell[DOORBELL] = 1
 
     def _drain(self) -> bool:
         got = False
@@ -526,6 +547,7 @@ class _Watcher:
     def _wait_inotify(self, ready: Callable[[], bool], deadline: float) -> bool:
         self._drain()  # events from before the check below are stale
         while True:
+            self._ring_for_me()
             if ready():
                 return True
             remaining = deadline - time.monotonic()
@@ -533,9 +555,17 @@ class _Watcher:
                 return False
             readable, _, _ = select.select([self.fd], [], [], min(remaining, INOTIFY_SAFETY_S))
             got = self._drain() if readable else False
-            if not got and ready():
-                # the head moved without an event: this file system does not notify
-                self.reliable = False
+            if got:
+                self.missed = 0
+            elif ready():
+                if self._drain():
+                    self.missed = 0  # the event came between the timeout and the check
+                    return True
+                # the head moved without an event: a ring lost to a race (rare), no map of
+                # the file, or a file system that does not notify; after a few, sleep-poll
+                self.missed += 1
+                if self.doorbell is None or self.missed >= INOTIFY_MISSES:
+                    self.reliable = False
                 return True
 
     @staticmethod

@@ -37,6 +37,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from fcntl import LOCK_EX, LOCK_UN, flock
+from os import pwrite
+from time import monotonic
 from typing import Any
 
 from . import filenames
@@ -53,14 +56,16 @@ from .format import (
 )
 from .fsio import FileSystem
 from .head import (
+    DOORBELL,
     FLAG_PRECOMMIT_PENDING,
+    HEAD,
     PUBLISHED_SIZE,
     WRITING_MARK,
     Head,
     encode_head,
-    encode_published,
     lock_exclusive,
     map_lock_file,
+    publish_into,
     read_head,
     unlock,
 )
@@ -123,7 +128,13 @@ class SegmentWriter:
         except BaseException:
             os.close(self.lock_fd)
             raise
-        self._published = b""  # the bytes [0, 37) of .lock as this process last wrote them
+        # the bytes [0, 37) of .lock as this process last wrote them (packed in place by
+        # _publish_head; meaningless until self.active is set)
+        self._published = bytearray(PUBLISHED_SIZE)
+        self._published_fields = memoryview(self._published)[: HEAD.size - 4]
+        # the plain FileSystem: the append path calls os.pwrite itself (a subclass that
+        # injects faults gets every call, as before)
+        self._plain_fs = type(fs) is FileSystem
         # exclusive=True: the flock is taken once here and kept until close, so no other
         # process can write and the cached head is always right (see head.py)
         self.exclusive_mode = exclusive
@@ -166,7 +177,13 @@ class SegmentWriter:
         # linger (linger.py): single appends held in memory, written as one batch
         self.linger: LingerBuffer | None = LingerBuffer() if config.linger_ms > 0 else None
         self._holding_for_linger = False
+        # Log.append may hand a plain record straight to append_record (no buffer to ask)
+        self.plain_single = self.linger is None and self.precommit is None
         self._stop = threading.Event()
+        # set by close(), and by the first record put into an empty linger buffer: the
+        # interval thread sleeps on it, so that it does not wake every linger_ms while the
+        # buffer is empty
+        self._kick = threading.Event()
         self._background: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -187,7 +204,11 @@ class SegmentWriter:
         interval = self.config.sync_interval_ms / 1000
         linger = self.config.linger_ms / 1000
         next_interval = time.monotonic() + interval
-        while not self._stop.wait(self._background_wait(next_interval, linger)):
+        while True:
+            self._kick.wait(self._background_wait(next_interval, linger))
+            self._kick.clear()
+            if self._stop.is_set():
+                break
             try:
                 if self.linger is not None:
                     self.flush_linger(older_than=linger)
@@ -206,10 +227,10 @@ class SegmentWriter:
         now = time.monotonic()
         wait = next_interval - now
         buffer = self.linger
-        if buffer is not None:
-            # a racy read is fine: at worst the timer fires once more, early or late by a tick
-            due = buffer.started + linger if buffer.count else now + linger
-            wait = min(wait, due - now)
+        # a racy read is fine: a record buffered after it kicks the thread awake (an empty
+        # buffer has no deadline, the next interval is the only one)
+        if buffer is not None and buffer.count:
+            wait = min(wait, buffer.started + linger - now)
         return max(wait, 0.0005)
 
     def close(self, on_final_head: Callable[[Head], None] | None = None) -> Head | None:
@@ -220,6 +241,7 @@ class SegmentWriter:
         if self.closed:
             return None
         self._stop.set()
+        self._kick.set()
         if self._background is not None:
             self._background.join()
         head = None
@@ -285,34 +307,46 @@ class SegmentWriter:
         return Head(flags, self.active.base, self.end_offset, self.active.size)
 
     def _publish_head(self) -> None:
-        """Write the head and clear the writing mark.
+        """Write the head and clear the writing mark (caller holds both locks).
 
-        Shared writers use one ``pwrite``, which subscribers' inotify watches on ``.lock``
-        see. With ``exclusive=True`` it is a store into the mmap, no system call: readers
-        see it at once (the same page cache), but inotify does not, so subscribers of an
-        exclusive log notice new records by polling the head (their watcher falls back to it
-        by itself, within 50 ms, then reacts within 2 ms).
+        A store into the mmap of ``.lock``, no system call: readers of any process see it at
+        once (the same page cache) and a ``kill -9`` cannot undo it. inotify does not see a
+        store, so when a subscriber has rung for it (the doorbell, ``head.py``) the head is
+        also written with one ``pwrite``, which wakes every subscriber sleeping on the file.
         """
         active = self.active
         assert active is not None
-        published = encode_published(
+        published = self._published
+        publish_into(
+            published,
+            self._published_fields,
             FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
             active.base,
             self.end_offset,
             active.size,
         )
-        if self.exclusive_mode:
-            self.head_map[0:PUBLISHED_SIZE] = published
-        else:
-            self.fs.pwrite(self.lock_fd, published, 0)
-        self._published = published
+        head_map = self.head_map
+        head_map[0:PUBLISHED_SIZE] = published
+        if head_map[DOORBELL]:
+            self._ring()
+
+    def _ring(self) -> None:
+        """Answer the doorbell: clear it, then ``pwrite`` the head just stored (the same
+        bytes, so a reader racing it sees the head either way). A failure is ignored: the
+        record is written and published, and a subscriber that misses the ring finds it on
+        its safety re-check; failing the append would invite a duplicate by a retry."""
+        self.head_map[DOORBELL] = 0
+        try:
+            self.fs.pwrite(self.lock_fd, self._published, 0)
+        except OSError:
+            pass
 
     def _sync_head(self) -> None:
         """Make this process's view match the log (caller holds both locks).
 
         No system call when nothing changed: the head and the writing mark are read from the
         mmap and compared with what this process last published (see ``head.py``)."""
-        if self.active is not None and self.head_map[:PUBLISHED_SIZE] == self._published:
+        if self.head_map[:PUBLISHED_SIZE] == self._published and self.active is not None:
             return
         self._refresh(read_head(self.lock_fd))
 
@@ -511,80 +545,94 @@ class SegmentWriter:
     ) -> int:
         """Append one checked, uncompressed record as a one-record batch; returns its offset.
 
-        The straight path of a single append: one ``flock`` (none with ``exclusive=True``),
-        the head compared in the mmap, the batch encoded with its offset and written with one
-        ``pwrite``, the head published (see :meth:`_publish_head`). A thread that finds
-        another one writing queues its record instead (:meth:`_append_queued`), so that
-        concurrent appends go to the file together in one ``pwritev``.
+        The straight path of a single append, written out in one function because it runs
+        once per record (every attribute lookup and call here costs a measurable share of
+        an append): one ``flock`` pair (none with ``exclusive=True``), the head compared in
+        the mmap, the batch encoded with its offset and written with one ``pwrite``, the head
+        stored into the mmap (see :meth:`_publish_head`). A thread that finds another one
+        writing queues its record instead (:meth:`_append_queued`), so that concurrent
+        appends go to the file together in one ``pwritev``.
+
+        Crash protocol: that of :meth:`_write_locked`, for one record:
+
+        1. set the writing mark, then ``pwrite`` the batch at the end of the active segment
+           (death here: the next writer sees the mark, validates the tail and cuts what is
+           not a whole batch);
+        2. maybe append an index entry (a cache, checked and rebuilt);
+        3. store the new head, which clears the mark (death before it: the next writer sees
+           the mark and keeps the whole batch it finds past the old head).
         """
         lock = self.lock
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(False):  # (positional: parsing a keyword costs a little)
             return self._append_queued([key, value, timestamp, headers, None])
+        locked_here = False
         try:
             if self.closed or self._sync_failed is not None:
                 self._check_open()
-            if self._flock_held:  # exclusive=True (or a precommit buffer holds it)
-                offset = self._append_record_locked(key, value, timestamp, headers)
-            else:
-                lock_exclusive(self.lock_fd)
-                self._flock_held = True
-                try:
-                    self._sync_head()
-                    offset = self._append_record_locked(key, value, timestamp, headers)
-                finally:
-                    if not self._keeps_flock():
-                        self._flock_held = False
-                        unlock(self.lock_fd)
-            seq = self.write_seq
+            head_map = self.head_map
+            if not self._flock_held:  # (exclusive=True, or a buffer, keeps it held)
+                flock(self.lock_fd, LOCK_EX)
+                self._flock_held = locked_here = True
+                if head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
+                    self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
+            if self.precommit is not None and self.precommit.count:
+                self._materialize_locked()
+            offset = self.end_offset
+            data = encode_single(key, value, timestamp, headers, offset)
+            size = len(data)
+            self._bytes_since_check = since = self._bytes_since_check + size
+            if (
+                since >= SPACE_CHECK_BYTES
+                or monotonic() - self._last_space_check >= SPACE_CHECK_SECONDS
+            ):
+                self._check_space(size)
+            active = self.active
+            assert active is not None
+            position = active.size
+            if (
+                position + size > self._segment_bytes
+                or (active.first_ts is not None and timestamp - active.first_ts >= self._segment_ms)
+            ) and self._should_roll(size, timestamp):
+                self._roll()
+                active = self.active
+                position = active.size
+            if not self.exclusive_mode:  # 1. (no live writer could see an exclusive one's)
+                head_map[WRITING_MARK] = 1
+            try:
+                if not (self._plain_fs and pwrite(active.fd, data, position) == size):
+                    self.fs.pwritev(active.fd, [data], position)  # a short write, or a test's fs
+            except OSError as error:
+                self._undo_partial_write(active, position)
+                raise self._refusal(error) from error
+            active.size = position + size
+            self.end_offset = offset + 1
+            if active.first_ts is None:
+                active.first_ts = timestamp
+            if position - active.last_index_pos >= self._index_interval:  # 2.
+                self._index_locked(active, offset, position)
+            # 3. the head, packed in place and stored (_publish_head, inlined)
+            published = self._published
+            publish_into(
+                published,
+                self._published_fields,
+                FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
+                active.base,
+                offset + 1,
+                position + size,
+            )
+            head_map[0:PUBLISHED_SIZE] = published
+            if head_map[DOORBELL]:
+                self._ring()
+            self.write_seq = seq = self.write_seq + 1
         except OSError as error:  # a roll, the head or a refresh failed to write
             raise self._refusal(error) from error
         finally:
+            if locked_here and not (self._holding_for_precommit or self._holding_for_linger):
+                self._flock_held = False
+                flock(self.lock_fd, LOCK_UN)
             lock.release()
         if self._sync_always:
             self.sync_through(seq)
-        return offset
-
-    def _append_record_locked(
-        self, key: bytes | None, value: bytes | None, timestamp: int, headers: bytes
-    ) -> int:
-        """:meth:`append_record` under both locks; the crash protocol of
-        :meth:`_write_locked`, written out for one record because it runs once per append."""
-        if self.precommit is not None and self.precommit.count:
-            self._materialize_locked()
-        offset = self.end_offset
-        data = encode_single(key, value, timestamp, headers, offset)
-        size = len(data)
-        if (
-            self._bytes_since_check >= SPACE_CHECK_BYTES
-            or time.monotonic() - self._last_space_check >= SPACE_CHECK_SECONDS
-        ):
-            self._check_space(size)
-        active = self.active
-        assert active is not None
-        position = active.size
-        if (
-            position + size > self._segment_bytes
-            or (active.first_ts is not None and timestamp - active.first_ts >= self._segment_ms)
-        ) and self._should_roll(size, timestamp):
-            self._roll()
-            active = self.active
-            position = active.size
-        if not self.exclusive_mode:  # 1. (no other live writer can see an exclusive one's)
-            self.head_map[WRITING_MARK] = 1
-        try:
-            self.fs.pwritev(active.fd, [data], position)  # segment data always goes by pwritev
-        except OSError as error:
-            self._undo_partial_write(active, position)
-            raise self._refusal(error) from error
-        active.size = position + size
-        self.end_offset = offset + 1
-        if active.first_ts is None:
-            active.first_ts = timestamp
-        if position - active.last_index_pos >= self._index_interval:  # 2.
-            self._index_locked(active, offset, position)
-        self._bytes_since_check += size
-        self._publish_head()  # 3.
-        self.write_seq += 1
         return offset
 
     def _append_queued(self, slot: list[Any]) -> int:
@@ -871,7 +919,10 @@ class SegmentWriter:
                 except OSError as error:
                     raise self._refusal(error) from error
                 buffer.start(self.end_offset, time.monotonic())
-            offset = buffer.append(key, value, timestamp, headers)
+                offset = buffer.append(key, value, timestamp, headers)
+                self._kick.set()  # the interval thread sleeps while the buffer is empty
+            else:
+                offset = buffer.append(key, value, timestamp, headers)
             if buffer.count >= self.config.batch_records or buffer.byte_count >= (
                 self.config.segment_bytes // 2
             ):
@@ -957,6 +1008,7 @@ class SegmentWriter:
         if buffer is None:
             path = os.path.join(self.directory, filenames.PRECOMMIT)
             buffer = self.precommit = PrecommitBuffer(path, 0)
+            self.plain_single = False
         entries = buffer.pending()
         skip = 0
         written = 0

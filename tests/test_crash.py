@@ -168,3 +168,28 @@ def test_a_writer_that_finishes_acknowledges_everything(log_dir, mode):
         first + i: b"w0-%d" % (seq + i) for first, seq, n in parse_acks(lines) for i in range(n)
     }
     assert verify(log_dir, acked) == 200
+
+
+def test_a_live_writer_appends_correctly_after_another_is_killed_mid_append(log_dir):
+    """Heads are stores into the shared map, so a live writer learns of a writer killed
+    halfway through an append only from the writing mark the dead one left set: after
+    every kill, this process's long-open writer must validate the tail (cut what is torn,
+    keep what is whole) and append at the true end, never over acknowledged records."""
+    from .helpers import value_for
+
+    config = {"sync": "os", "segment_bytes": 4096, "index_interval_bytes": 512}
+    rng = random.Random(8)
+    acked: dict[int, bytes] = {}
+    with compactlog.open(log_dir, **config) as live:
+        for writer in range(12):
+            for first, seq, n, *_ in run_and_kill(log_dir, writer, config, rng, "single"):
+                for i in range(n):
+                    acked[first + i] = b"w%d-%d" % (writer, seq + i)
+            for seq in range(3):
+                key = b"w%d-%d" % (100 + writer, seq)
+                offset = live.append(key, value_for(key))
+                assert offset not in acked
+                acked[offset] = key
+            assert live.end_offset == max(acked) + 1
+        verify(log_dir, acked)
+    assert len(list(log_dir.glob("*.log"))) > 1

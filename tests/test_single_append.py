@@ -269,8 +269,10 @@ def test_a_full_linger_buffer_is_written_at_once(log_dir):
         for i in range(10):
             log.append(b"k%d" % i, b"v")
         assert stored_batch_sizes(log_dir) == [4, 4]
-    # close flushed the rest
-    assert stored_batch_sizes(log_dir) == [4, 4, 2]
+        assert [r.offset for r in log.read()] == list(range(8))
+    with compactlog.open(log_dir) as log:  # close flushed the rest
+        assert stored_batch_sizes(log_dir) == [4, 4, 2]
+        assert [r.offset for r in log.read()] == list(range(10))
 
 
 def test_the_linger_timer_writes_the_buffer(log_dir):
@@ -338,3 +340,140 @@ def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
         while CountingFS.syncs == before and time.monotonic() < deadline:
             time.sleep(0.005)
         assert log.end_offset == 1 and CountingFS.syncs > before
+
+
+# -- the head in the mmap and the subscribers' doorbell --------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    flags=st.integers(0, 2**32 - 1),
+    base=st.integers(0, 2**62),
+    end=st.integers(0, 2**62),
+    size=st.integers(0, 2**62),
+)
+def test_the_head_packed_in_place_is_byte_for_byte_the_encoded_one(flags, base, end, size):
+    from compactlog.head import decode_head, encode_published, publish_into
+
+    buffer = bytearray(b"\xff" * PUBLISHED_SIZE)
+    buffer[WRITING_MARK] = 0
+    publish_into(buffer, memoryview(buffer)[:32], flags, base, end, size)
+    assert bytes(buffer) == encode_published(flags, base, end, size)
+    assert decode_head(bytes(buffer)) == (flags, base, end, size)
+
+
+class LockWritesFS(FileSystem):
+    """Counts the pwrites that reach ``.lock`` (the doorbell's rings)."""
+
+    def __init__(self) -> None:
+        self.lock_writes = 0
+        self.lock_fds: set[int] = set()
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        fd = super().open(path, flags, mode)
+        if os.path.basename(path) == filenames.WRITER_LOCK:
+            self.lock_fds.add(fd)
+        return fd
+
+    def pwrite(self, fd, data, position):
+        if fd in self.lock_fds:
+            self.lock_writes += 1
+        return super().pwrite(fd, data, position)
+
+
+def ring_doorbell(log_dir) -> None:
+    from compactlog.head import DOORBELL
+
+    with open(log_dir / filenames.WRITER_LOCK, "r+b") as handle:
+        handle.seek(DOORBELL)
+        handle.write(b"\x01")
+
+
+def doorbell_of(log_dir) -> int:
+    from compactlog.head import DOORBELL
+
+    with open(log_dir / filenames.WRITER_LOCK, "rb") as handle:
+        return handle.read(DOORBELL + 1)[DOORBELL]
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_appends_write_the_head_to_lock_only_when_the_doorbell_rang(log_dir, exclusive):
+    fs = LockWritesFS()
+    with compactlog.open(log_dir, _fs=fs, exclusive=exclusive) as log:
+        log.append(b"warm", b"up")
+        before = fs.lock_writes
+        for i in range(20):
+            log.append(b"k%d" % i, b"v")
+        assert fs.lock_writes == before  # the head went into the mmap only
+        assert read_head_file(str(log_dir / filenames.WRITER_LOCK)).end_offset == 21
+        ring_doorbell(log_dir)
+        log.append(b"rung", b"v")
+        assert fs.lock_writes == before + 1  # answered with one pwrite ...
+        assert doorbell_of(log_dir) == 0  # ... that cleared it
+        log.append(b"quiet", b"v")
+        assert fs.lock_writes == before + 1
+        assert read_head_file(str(log_dir / filenames.WRITER_LOCK)).end_offset == 23
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_waiting_subscriber_is_woken_by_inotify_not_by_its_safety_timer(log_dir, exclusive):
+    """The subscriber rings before it sleeps; the writer's answer is an inotify event, so
+    the watcher stays on inotify (it falls back to sleeping after head moves it finds
+    without one) and the poll returns long before its 50 ms safety re-check."""
+    writer_code = textwrap.dedent(
+        f"""
+        import sys, time, compactlog
+        from compactlog.head import DOORBELL
+        log = compactlog.open(sys.argv[1], exclusive={exclusive})
+        with open(sys.argv[1] + "/.lock", "rb") as lock:
+            for i in range(5):
+                deadline = time.monotonic() + 10
+                while not lock.read(DOORBELL + 1)[DOORBELL]:  # wait for a sleeper
+                    lock.seek(0)
+                    time.sleep(0.001)
+                    assert time.monotonic() < deadline
+                lock.seek(0)
+                time.sleep(0.02)  # the subscriber is in select() by now
+                log.append(b"k%d" % i, b"v")
+        log.close()
+        """
+    )
+    with compactlog.open(log_dir) as log:
+        log.append(b"first", b"v")
+    reader = compactlog.open(log_dir, read_only=True)
+    subscriber = reader.subscribe("s", start=1)
+    try:
+        process = subprocess.Popen([sys.executable, "-c", writer_code, str(log_dir)])
+        got, missed = [], []
+        while len(got) < 5:
+            records = subscriber.poll(timeout_s=10)
+            assert records, "no record within 10 s"
+            got.extend(r.key for r in records)
+            watcher = subscriber._fds.watcher
+            assert watcher is not None and watcher.fd >= 0
+            missed.append(watcher.missed)  # 1 when the safety re-check found the record
+        assert process.wait(timeout=30) == 0
+        assert missed == [0] * len(missed) and watcher.reliable
+        assert got == [b"k%d" % i for i in range(5)]
+    finally:
+        subscriber.close()
+        reader.close()
+
+
+def test_a_failed_ring_does_not_fail_the_append(log_dir):
+    """The record is written and its head published before the ring: the append succeeds
+    (a retry would duplicate it) and readers see the record."""
+
+    class FailingRing(LockWritesFS):
+        def pwrite(self, fd, data, position):
+            if fd in self.lock_fds:
+                raise OSError(5, "injected")
+            return super().pwrite(fd, data, position)
+
+    with compactlog.open(log_dir, _fs=FailingRing()) as log:
+        log.append(b"a", b"1")
+        ring_doorbell(log_dir)
+        assert log.append(b"b", b"2") == 1
+        assert doorbell_of(log_dir) == 0
+        assert [r.key for r in log.read()] == [b"a", b"b"]
+        assert log.end_offset == 2
