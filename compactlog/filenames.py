@@ -159,6 +159,17 @@ def subscriber_lock_name(subscriber: str) -> str:
 _temp_counter = itertools.count()
 
 
+def temp_owner_pid(name: str) -> int | None:
+    """The pid that :func:`temp_name` put into a temporary file's name, ``None`` for a name
+    not of that shape (an older version's, or a foreign file)."""
+    if not name.endswith(TEMP_SUFFIX):
+        return None
+    parts = name[: -len(TEMP_SUFFIX)].rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1])
+
+
 def temp_name(name: str) -> str:
     """A temporary name for replacing ``name``, unique to this process and call, so two
     processes replacing the same file never write into each other's temporary file.

@@ -2,9 +2,14 @@
 
 :func:`recover_on_open` runs whenever a writer opens a log, holding the writers' lock:
 
-1. Remove stray ``*.tmp`` files (interrupted small-file writes; the old file is intact).
-2. If no cleaner holds ``.cleaner.lock``: resolve an interrupted segment swap (see
-   ``swap.py``) and remove ``*.rw`` files (rewrites never trusted).
+1. Remove stray ``*.tmp`` files (interrupted small-file writes; the old file is intact)
+   whose writer is dead: the pid is in the name (``filenames.temp_name``), and a live
+   process's file (a cleaner writing its checkpoint in another process) is left alone.
+2. If no cleaner holds ``.cleaner.lock``, take it for passes 2-4: resolve an interrupted
+   segment swap (see ``swap.py``) and remove ``*.rw`` files (rewrites never trusted).
+   While a cleaner (or retention, or a snapshot) holds it, passes 2-4 are skipped: that
+   process is replacing closed segments right now, so a listing of them is not stable, and
+   it resolves leftovers itself under the same lock. The next open checks them.
 3. Check every segment's file header (foreign or newer files are refused), find orphan
    indexes (a segment deleted behind the log's back: :class:`MissingSegmentError`), drop
    segments wholly below the log start offset (an interrupted retention pass).
@@ -23,6 +28,8 @@ checked in full, corrupt regions moved to quarantine files. It never deletes a v
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,8 +58,9 @@ def _entries(directory: str) -> list[tuple[str, filenames.ParsedName]]:
     return [(name, filenames.parse_filename(name)) for name in sorted(os.listdir(directory))]
 
 
-def _clear_rewrites(log: Log, report: list[str]) -> None:
-    """Pass 2, only while no cleaner is running."""
+@contextmanager
+def _closed_segments_quiet(log: Log) -> Iterator[bool]:
+    """Holds ``.cleaner.lock`` if no cleaner does; yields whether it got it (pass 2)."""
     fd = os.open(
         os.path.join(log.directory, filenames.CLEANER_LOCK),
         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
@@ -60,17 +68,48 @@ def _clear_rewrites(log: Log, report: list[str]) -> None:
     )
     try:
         if not try_lock_exclusive(fd):
+            yield False
             return
         try:
-            report.extend(swap.resolve_interrupted_swap(log.fs, log.directory))
-            for name, parsed in _entries(log.directory):
-                if parsed.kind is filenames.FileKind.REWRITE:
-                    log.fs.remove(os.path.join(log.directory, name))
-                    report.append(f"removed unfinished rewrite {name}")
+            yield True
         finally:
             unlock(fd)
     finally:
         os.close(fd)
+
+
+def _clear_rewrites(log: Log, report: list[str]) -> None:
+    """Pass 2 (the caller holds the cleaner lock)."""
+    report.extend(swap.resolve_interrupted_swap(log.fs, log.directory))
+    for name, parsed in _entries(log.directory):
+        if parsed.kind is filenames.FileKind.REWRITE:
+            log.fs.remove(os.path.join(log.directory, name))
+            report.append(f"removed unfinished rewrite {name}")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def _remove_stray_temps(log: Log, report: list[str]) -> None:
+    """Pass 1."""
+    for name, parsed in _entries(log.directory):
+        if parsed.kind is not filenames.FileKind.TEMP:
+            continue
+        owner = filenames.temp_owner_pid(name)
+        if owner is not None and _process_alive(owner):
+            continue  # being written right now (by a cleaner, a subscriber's commit, ...)
+        try:
+            log.fs.remove(os.path.join(log.directory, name))
+        except FileNotFoundError:
+            continue  # renamed into place meanwhile
+        report.append(f"removed unfinished temporary file {name}")
 
 
 def recover_on_open(log: Log) -> list[str]:
@@ -80,15 +119,50 @@ def recover_on_open(log: Log) -> list[str]:
     writer = log.writer
     assert writer is not None
     # 1.
-    for name, parsed in _entries(directory):
-        if parsed.kind is filenames.FileKind.TEMP:
-            try:
-                log.fs.remove(os.path.join(directory, name))
-            except FileNotFoundError:
-                continue  # renamed into place meanwhile by a writer of a small file
-            report.append(f"removed unfinished temporary file {name}")
-    # 2.
-    _clear_rewrites(log, report)
+    _remove_stray_temps(log, report)
+    # 2. - 4.
+    with _closed_segments_quiet(log) as quiet:
+        if quiet:
+            _clear_rewrites(log, report)
+            _check_closed_segments(log, report)
+    # 5. and 6.
+    bases = list_segments(directory)
+    marker = _read_clean_shutdown(directory)
+    head = read_head(writer.lock_fd)
+    clean = marker is not None and head is not None and marker == head
+    if (
+        bases
+        and clean
+        and head is not None
+        and os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
+    ):
+        writer._refresh(head)
+    else:
+        writer._refresh(head, trust_head=False)
+    if writer.torn_bytes_dropped:
+        report.append(f"truncated a torn tail of {writer.torn_bytes_dropped} bytes")
+    for base in writer.rebuilt_indexes:
+        report.append(f"rebuilt index {filenames.index_name(base)}")
+    writer.torn_bytes_dropped = 0
+    writer.rebuilt_indexes.clear()
+    # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
+    #    alone (a repair resets the head): entries still in the buffer belong to a dead
+    #    writer, and those already in the log are skipped
+    precommit = writer.precommit
+    if precommit is not None and not writer._holding_for_precommit and precommit.entries().offsets:
+        writer.precommit_recovered += writer._materialize_locked()
+    if writer.precommit_recovered:
+        report.append(
+            f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
+        )
+    writer.precommit_recovered = 0
+    _remove_clean_shutdown(log)
+    return report
+
+
+def _check_closed_segments(log: Log, report: list[str]) -> None:
+    """Passes 3 and 4 (the caller holds the cleaner lock: no swap is under way)."""
+    directory = log.directory
     # 3.
     names = _entries(directory)
     bases = sorted(
@@ -125,38 +199,6 @@ def recover_on_open(log: Log) -> list[str]:
     for base in bases[:-1]:
         if _rebuild_index_if_needed(log, base, full=False):
             report.append(f"rebuilt index {filenames.index_name(base)}")
-    # 5. and 6.
-    marker = _read_clean_shutdown(directory)
-    head = read_head(writer.lock_fd)
-    clean = marker is not None and head is not None and marker == head
-    if (
-        bases
-        and clean
-        and head is not None
-        and os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
-    ):
-        writer._refresh(head)
-    else:
-        writer._refresh(head, trust_head=False)
-    if writer.torn_bytes_dropped:
-        report.append(f"truncated a torn tail of {writer.torn_bytes_dropped} bytes")
-    for base in writer.rebuilt_indexes:
-        report.append(f"rebuilt index {filenames.index_name(base)}")
-    writer.torn_bytes_dropped = 0
-    writer.rebuilt_indexes.clear()
-    # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
-    #    alone (a repair resets the head): entries still in the buffer belong to a dead
-    #    writer, and those already in the log are skipped
-    precommit = writer.precommit
-    if precommit is not None and not writer._holding_for_precommit and precommit.entries().offsets:
-        writer.precommit_recovered += writer._materialize_locked()
-    if writer.precommit_recovered:
-        report.append(
-            f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
-        )
-    writer.precommit_recovered = 0
-    _remove_clean_shutdown(log)
-    return report
 
 
 def _rebuild_index_if_needed(log: Log, base: int, *, full: bool) -> bool:
