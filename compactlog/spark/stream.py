@@ -48,6 +48,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from .options import ReadOptions, _int
+from .source import CompactLogPartition  # a micro-batch task is a batch task: offsets [start, end)
 
 log = logging.getLogger("compactlog.spark.stream")
 
@@ -94,19 +95,6 @@ def log_bounds(path: str) -> tuple[int, int]:
 
     with open_log(path, read_only=True, create=False) as opened:
         return opened.start_offset, opened.end_offset
-
-
-class StreamPartition(InputPartition):
-    """One task's offsets ``[start, end)`` of a micro-batch."""
-
-    def __init__(self, index: int, start: int, end: int) -> None:
-        super().__init__(index)
-        self.index = index
-        self.start = start
-        self.end = end
-
-    def __repr__(self) -> str:
-        return f"StreamPartition({self.index}, offsets {self.start}..{self.end})"
 
 
 class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -177,7 +165,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return []
         wanted = self.options.num_partitions or os.cpu_count() or 2
         return [
-            StreamPartition(p.index, p.start, p.end)
+            CompactLogPartition(p.index, p.start, p.end)
             for p in plan_partitions(self.path, lo, hi, wanted)
         ]
 
@@ -185,7 +173,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         from .arrow import Layout, target_schema, to_arrow
         from .batch import _chunks
 
-        assert isinstance(partition, StreamPartition)
+        assert isinstance(partition, CompactLogPartition)
         layout = Layout(target_schema(self.schema), self.options.value_format)
         for columns in _chunks(self.path, partition.start, partition.end):
             yield to_arrow(columns, None, layout)
@@ -275,7 +263,6 @@ def upsert_into_parquet(batch: Any, batch_id: int, table: str, *, keep: int = 2)
 __all__ = [
     "CompactLogStreamReader",
     "StreamOptions",
-    "StreamPartition",
     "current_table",
     "make_stream_reader",
     "parse_stream_options",
