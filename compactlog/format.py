@@ -1261,12 +1261,22 @@ def _rows_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return windows[starts]
 
 
-def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
-    """Consecutive batches (in offset order, each from the byte after the previous one)
-    as one, with the run header :func:`decode_small_run` describes."""
-    if len(batches) == 1:
-        return batches[0]
-    first, last = batches[0], batches[-1]
+def concat_columns(
+    batches: Sequence[RecordBatch],
+) -> tuple[
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    bytes,
+    bytes,
+    np.ndarray | None,
+    bytes | None,
+]:
+    """The columns of ``batches`` joined in order: offsets, timestamps, key lengths, value
+    lengths, keys blob, values blob, header lengths and headers blob (``None`` when no batch
+    has headers). Blobs come back as ``bytes``; one batch's arrays are returned as they are.
+    Used by :func:`concat_batches` and by consumers that need only the columns (Spark)."""
     with_headers = any(b.header_lengths is not None for b in batches)
     header_lengths = headers_blob = None
     if with_headers:
@@ -1277,6 +1287,29 @@ def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
             ]
         )
         headers_blob = b"".join([b.headers_blob or b"" for b in batches])
+
+    def column(name: str) -> np.ndarray:
+        arrays = [getattr(b, name) for b in batches]
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    return (
+        column("offsets"),
+        column("timestamps"),
+        column("key_lengths"),
+        column("value_lengths"),
+        b"".join([b.keys_blob for b in batches]),
+        b"".join([b.values_blob for b in batches]),
+        header_lengths,
+        headers_blob,
+    )
+
+
+def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
+    """Consecutive batches (in offset order, each from the byte after the previous one)
+    as one, with the run header :func:`decode_small_run` describes."""
+    if len(batches) == 1:
+        return batches[0]
+    first, last = batches[0], batches[-1]
     count = sum(len(b) for b in batches)
     header = BatchHeader(
         sum(b.size_bytes for b in batches),
@@ -1294,14 +1327,7 @@ def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
     return RecordBatch(
         header,
         first.position,
-        np.concatenate([b.offsets for b in batches]),
-        np.concatenate([b.timestamps for b in batches]),
-        np.concatenate([b.key_lengths for b in batches]),
-        np.concatenate([b.value_lengths for b in batches]),
-        b"".join([b.keys_blob for b in batches]),
-        b"".join([b.values_blob for b in batches]),
-        header_lengths,
-        headers_blob,
+        *concat_columns(batches),
         sum(b.stored_batches for b in batches),
     )
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..errors import CompactLogError
-from ..format import RecordBatch, decode_headers
+from ..format import RecordBatch, concat_columns, decode_headers
 
 METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
 RAW_VALUE = "value"
@@ -56,41 +56,9 @@ class Columns:
 
 
 def concat_batches(batches: Sequence[RecordBatch]) -> Columns:
-    """One :class:`Columns` holding every record of ``batches``, in order."""
-    with_headers = any(b.header_lengths is not None for b in batches)
-    header_lengths = headers_blob = None
-    if with_headers:
-        header_lengths = np.concatenate(
-            [
-                b.header_lengths
-                if b.header_lengths is not None
-                else np.zeros(len(b.offsets), dtype=np.int32)
-                for b in batches
-            ]
-        )
-        headers_blob = b"".join(b.headers_blob or b"" for b in batches)
-    if len(batches) == 1:
-        b = batches[0]
-        return Columns(
-            b.offsets,
-            b.timestamps,
-            b.key_lengths,
-            b.value_lengths,
-            bytes(b.keys_blob) if not isinstance(b.keys_blob, bytes) else b.keys_blob,
-            bytes(b.values_blob) if not isinstance(b.values_blob, bytes) else b.values_blob,
-            header_lengths,
-            headers_blob,
-        )
-    return Columns(
-        np.concatenate([b.offsets for b in batches]),
-        np.concatenate([b.timestamps for b in batches]),
-        np.concatenate([b.key_lengths for b in batches]),
-        np.concatenate([b.value_lengths for b in batches]),
-        b"".join([b.keys_blob for b in batches]),
-        b"".join([b.values_blob for b in batches]),
-        header_lengths,
-        headers_blob,
-    )
+    """One :class:`Columns` holding every record of ``batches``, in order (they may come
+    from several segments: only the columns are joined, no batch header is made)."""
+    return Columns(*concat_columns(batches))
 
 
 def binary_array(blob: bytes, lengths: np.ndarray, type_: pa.DataType | None = None) -> pa.Array:
