@@ -155,8 +155,14 @@ def read_manifest(directory: str | os.PathLike[str]) -> Snapshot:
 # -- taking a snapshot ----------------------------------------------------------------
 
 
-def take_snapshot(log: Log, dest: str | os.PathLike[str]) -> Snapshot:
+def take_snapshot(log: Log, dest: str | os.PathLike[str], *, durable: bool = True) -> Snapshot:
     """Make a consistent copy of ``log`` as of its end offset now, at ``dest``.
+
+    ``durable=False`` skips every fsync (steps 3-5) for a snapshot that only serves as a
+    consistent view for the process taking it and is deleted when it is done, such as the
+    one ``compactlog restore`` reads: a process crash loses nothing (the page cache keeps
+    the bytes), and after an operating-system crash such a snapshot is garbage anyway.
+    Everything else (links, copies, CRCs, the renames) is the same.
 
     Crash protocol (``dest`` must not exist; its parent must):
 
@@ -173,7 +179,8 @@ def take_snapshot(log: Log, dest: str | os.PathLike[str]) -> Snapshot:
     4. fsync every copied file, write ``snapshot.json`` (temp, fsync, rename), fsync the
        directory.
     5. Rename ``<dest>.partial`` to ``dest`` and fsync the parent directory. A death
-       before the rename leaves no ``dest``; after it, a complete snapshot.
+       before the rename leaves no ``dest``; after it, a complete snapshot (with
+       ``durable=False``, complete unless the operating system crashed).
     """
     started = time.perf_counter()
     dest = os.path.abspath(os.fspath(dest))
@@ -192,10 +199,10 @@ def take_snapshot(log: Log, dest: str | os.PathLike[str]) -> Snapshot:
     try:
         # 2.
         with log.cleaner_lock(wait=True):
-            state = _link_closed(log, partial)
+            state = _link_closed(log, partial, durable)
         # 3.
         try:
-            files = state.files + _copy_active(log.directory, partial, state)
+            files = state.files + _copy_active(log.directory, partial, state, durable)
         finally:
             os.close(state.active_fd)
         snapshot = Snapshot(
@@ -208,11 +215,15 @@ def take_snapshot(log: Log, dest: str | os.PathLike[str]) -> Snapshot:
             files=files,
         )
         # 4.
-        _fsync_dir(partial)
-        log.fs.write_atomic(partial, MANIFEST, _manifest_bytes(snapshot))
+        if durable:
+            _fsync_dir(partial)
+            log.fs.write_atomic(partial, MANIFEST, _manifest_bytes(snapshot))
+        else:  # nothing reads <dest>.partial, so the manifest needs no rename either
+            _write_new(os.path.join(partial, MANIFEST), _manifest_bytes(snapshot), False)
         # 5.
         os.rename(partial, dest)
-        _fsync_dir(parent)
+        if durable:
+            _fsync_dir(parent)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -231,7 +242,7 @@ class _Linked:
     active_fd: int
 
 
-def _link_closed(log: Log, partial: str) -> _Linked:
+def _link_closed(log: Log, partial: str, durable: bool) -> _Linked:
     """Step 2: everything that must be read under the cleaner lock."""
     source = log.directory
     head = read_head_file(os.path.join(source, filenames.WRITER_LOCK))
@@ -250,13 +261,17 @@ def _link_closed(log: Log, partial: str) -> _Linked:
     files: list[SnapshotFile] = []
     for name in (filenames.META, filenames.CLEANER_CHECKPOINT):
         if os.path.exists(os.path.join(source, name)):
-            files.append(_copy_file(os.path.join(source, name), os.path.join(partial, name)))
+            files.append(
+                _copy_file(os.path.join(source, name), os.path.join(partial, name), durable)
+            )
     for base in bases:
         if base >= active_base:
             break
-        files.append(_link_or_copy(segment_path(source, base), segment_path(partial, base)))
+        files.append(
+            _link_or_copy(segment_path(source, base), segment_path(partial, base), durable)
+        )
         if os.path.exists(index_path(source, base)):
-            files.append(_copy_file(index_path(source, base), index_path(partial, base)))
+            files.append(_copy_file(index_path(source, base), index_path(partial, base), durable))
     active_fd = os.open(segment_path(source, active_base), os.O_RDONLY | os.O_CLOEXEC)
     start = max(meta.log_start_offset, bases[0])
     return _Linked(
@@ -272,14 +287,14 @@ def _scan_end(directory: str, base: int) -> tuple[int, int]:
     return result.valid_end, result.next_offset if result.next_offset is not None else base
 
 
-def _copy_active(source: str, partial: str, state: _Linked) -> list[SnapshotFile]:
+def _copy_active(source: str, partial: str, state: _Linked, durable: bool) -> list[SnapshotFile]:
     """Step 3: the active segment's bytes below the published size, checked whole."""
     path = segment_path(partial, state.active_base)
     if state.active_size <= HEADER_SIZE:
         # a segment just rolled: the head is published before the file gets its header
         data = SEGMENT_FILE_HEADER
-        _write_new(path, data)
-        _write_new(index_path(partial, state.active_base), INDEX_FILE_HEADER)
+        _write_new(path, data, durable)
+        _write_new(index_path(partial, state.active_base), INDEX_FILE_HEADER, durable)
         return [
             SnapshotFile(os.path.basename(path), len(data), crc32c(data), False),
             SnapshotFile(
@@ -304,7 +319,7 @@ def _copy_active(source: str, partial: str, state: _Linked) -> list[SnapshotFile
             "recover it, then snapshot again)",
             path=segment_path(source, state.active_base),
         )
-    _write_new(path, data)
+    _write_new(path, data, durable)
     files = [SnapshotFile(os.path.basename(path), len(data), crc32c(data), False)]
     index_source = index_path(source, state.active_base)
     if os.path.exists(index_source):
@@ -319,12 +334,12 @@ def _copy_active(source: str, partial: str, state: _Linked) -> list[SnapshotFile
                 break
             kept.append(entry)
         blob = b"".join(kept)
-        _write_new(index_path(partial, state.active_base), blob)
+        _write_new(index_path(partial, state.active_base), blob, durable)
         files.append(SnapshotFile(os.path.basename(index_source), len(blob), crc32c(blob), False))
     return files
 
 
-def _link_or_copy(source: str, target: str) -> SnapshotFile:
+def _link_or_copy(source: str, target: str, durable: bool) -> SnapshotFile:
     try:
         os.link(source, target)
         linked = True
@@ -332,27 +347,29 @@ def _link_or_copy(source: str, target: str) -> SnapshotFile:
         if error.errno not in (18, 1, 95, 31):  # EXDEV, EPERM, EOPNOTSUPP, EMLINK
             raise
         shutil.copyfile(source, target)
-        _fsync_file(target)
+        if durable:
+            _fsync_file(target)
         linked = False
     size, crc = file_crc(target)
     return SnapshotFile(os.path.basename(target), size, crc, linked)
 
 
-def _copy_file(source: str, target: str) -> SnapshotFile:
+def _copy_file(source: str, target: str, durable: bool) -> SnapshotFile:
     with open(source, "rb") as handle:
         data = handle.read()
-    _write_new(target, data)
+    _write_new(target, data, durable)
     return SnapshotFile(os.path.basename(target), len(data), crc32c(data), False)
 
 
-def _write_new(path: str, data: bytes) -> None:
+def _write_new(path: str, data: bytes, durable: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             written = os.write(fd, view[:COPY_CHUNK])
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -335,3 +335,27 @@ def test_records_in_this_process_precommit_buffer_are_in_the_snapshot(tmp_path):
     assert snap.end_offset == offsets[-1] + 1
     with compactlog.open(tmp_path / "snap", read_only=True) as copy:
         assert [r.value for r in copy.read()] == [b"v%d" % i for i in range(50)]
+
+
+def test_a_non_durable_snapshot_is_the_same_snapshot_without_any_fsync(tmp_path, monkeypatch):
+    """``durable=False`` (restore's own, short-lived snapshot) skips only the fsyncs."""
+    from compactlog.snapshot import take_snapshot
+
+    with compactlog.open(tmp_path / "log", segment_bytes=2048) as log:
+        _fill(log, 400, tombstone_every=9)
+        calls = []
+        real_fsync = os.fsync
+        monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd)))
+        durable = take_snapshot(log, tmp_path / "durable")
+        durable_fsyncs = len(calls)
+        calls.clear()
+        quick = take_snapshot(log, tmp_path / "quick", durable=False)
+        assert durable_fsyncs > 0 and calls == []
+        assert quick.end_offset == durable.end_offset == 400
+        assert [(f.name, f.size, f.crc32c, f.linked) for f in quick.files] == [
+            (f.name, f.size, f.crc32c, f.linked) for f in durable.files
+        ]
+        assert verify_manifest(tmp_path / "quick") == []
+        assert not os.path.exists(str(tmp_path / "quick") + ".partial")
+        with compactlog.open(tmp_path / "quick", read_only=True) as copy:
+            assert _records(copy) == _records(log)

@@ -18,8 +18,10 @@ shipped to every task). A task then keeps a record iff it is not a tombstone and
 * it lies in the head and its offset is its key's latest there, or
 * it lies in the tail and its key does not appear in the head at all.
 
-Each task decides alone, so no shuffle is needed; on a compacted log the head is small and
-tail records need no digest at all.
+Each task decides alone, so no shuffle is needed. Tasks query the map through a
+:class:`HeadIndex`: head records are judged by a bitmap of the head's latest offsets (no
+digest at all), tail records by their digest, first against a small bit filter of the head's
+digests (most tail keys are not in the head) and exactly only where the filter says maybe.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ IMPLICIT_SNAPSHOTS = ".snapshots"
 IMPLICIT_PREFIX = "spark-"
 PARTITION_BYTES = 128 << 20
 UNLIMITED = 1 << 62
+_BIT = np.array([1 << i for i in range(8)], dtype=np.uint8)  # _BIT[i]: bit i of a byte
+_THREE = np.uint64(3)
+_SEVEN = np.uint64(7)
 
 
 class InexactReadError(ConfigError):
@@ -73,8 +78,8 @@ class ReadPlan:
     start: int
     end: int
     changelog: bool
-    head_start: int  # latest mode: records at or after it are judged by ``head_map``
-    head_map: OffsetMap | None
+    head_start: int  # latest mode: records at or after it are judged by ``head``
+    head: HeadIndex | None
     keys: tuple[bytes, ...] | None
     partitions: list[Partition] = field(default_factory=list)
     head_keys: int = 0
@@ -171,6 +176,7 @@ def plan_read(options: ReadOptions) -> ReadPlan:
     if not options.changelog and head_start < end:
         head_map = build_head_map(directory, head_start, end)
         head_keys = len(head_map)
+    head = HeadIndex(head_map, head_start, end) if head_map is not None and head_keys else None
     plan = ReadPlan(
         directory=directory,
         source=os.path.abspath(options.path),
@@ -180,12 +186,83 @@ def plan_read(options: ReadOptions) -> ReadPlan:
         end=end,
         changelog=options.changelog,
         head_start=head_start,
-        head_map=head_map if head_keys else None,
+        head=head,
         keys=options.keys,
         head_keys=head_keys,
     )
     plan.partitions = plan_partitions(directory, start, end, options.num_partitions)
     return plan
+
+
+class HeadIndex:
+    """The dirty head's latest offset per key, shaped for the questions tasks ask.
+
+    ``latest_mask`` answers, for each keyed record of a chunk, "is this the record the
+    latest state keeps as far as the head is concerned": a head record (offset at or after
+    ``start``) iff it is its key's latest offset, a tail record iff its key has no record in
+    the head. Both answers are exact; the two structures below only make them cheap:
+
+    * ``latest bits``: one bit per head offset, set at each key's latest
+      (:meth:`OffsetMap.latest_bits`), so head records need no digest and no search;
+    * ``filter``: a bitmap indexed by the top bits of the head keys' ``hi`` digests (about
+      64 bits per key, so roughly 1 in 60 absent keys hits a set bit by chance). A tail key
+      whose bit is clear is not in the head; only the rest are looked up in the map, which
+      on a compacted log is the small share of keys updated since the last pass.
+
+    Both are built on first use in each task (never pickled: the map alone is shipped).
+    """
+
+    FILTER_BITS_PER_KEY = 64
+    MIN_FILTER_BITS = 1 << 16
+    MAX_FILTER_BITS = 1 << 30
+
+    def __init__(self, head_map: OffsetMap, start: int, end: int) -> None:
+        self.map = head_map
+        self.start = start
+        self.end = end
+        self._bits: np.ndarray | None = None
+        self._filter: np.ndarray | None = None
+        self._shift = 64
+
+    def __reduce__(self) -> tuple[type[HeadIndex], tuple[OffsetMap, int, int]]:
+        return HeadIndex, (self.map, self.start, self.end)  # the caches are rebuilt
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def _build_filter(self) -> np.ndarray:
+        wanted = max(len(self.map) * self.FILTER_BITS_PER_KEY, self.MIN_FILTER_BITS)
+        bits = min(1 << (wanted - 1).bit_length(), self.MAX_FILTER_BITS)
+        self._shift = 64 - (bits.bit_length() - 1)
+        table = np.zeros(bits // 8, dtype=np.uint8)
+        slots = self.map.hi >> np.uint64(self._shift)
+        np.bitwise_or.at(table, slots >> _THREE, _BIT[slots & _SEVEN])
+        self._filter = table
+        return table
+
+    def maybe_present(self, hi: np.ndarray) -> np.ndarray:
+        """False where a digest is certainly not in the head (no false negatives)."""
+        table = self._filter if self._filter is not None else self._build_filter()
+        slots = hi >> np.uint64(self._shift)
+        return (table[slots >> _THREE] & _BIT[slots & _SEVEN]) != 0
+
+    def latest_mask(self, columns: Columns) -> np.ndarray:
+        offsets = columns.offsets
+        tail = int(np.searchsorted(offsets, self.start))  # records are in offset order
+        result = np.empty(len(offsets), dtype=bool)
+        if tail < len(offsets):
+            if self._bits is None:
+                self._bits = self.map.latest_bits(self.start, self.end)
+            inside = offsets[tail:] - self.start  # latest_bits: most significant bit first
+            result[tail:] = (self._bits[inside >> 3] & _BIT[7 - (inside & 7)]) != 0
+        if tail:
+            hi, lo = key_digests(columns.keys_blob, columns.key_lengths[:tail])
+            maybe = np.flatnonzero(self.maybe_present(hi))
+            absent = np.ones(tail, dtype=bool)
+            if len(maybe):
+                absent[maybe] = self.map.get(hi[maybe], lo[maybe]) < 0
+            result[:tail] = absent
+        return result
 
 
 def build_head_map(directory: str, start: int, end: int) -> OffsetMap:
@@ -249,29 +326,23 @@ def _chunks(directory: str, start: int, end: int) -> Iterator[Columns]:
 def keep_mask(plan: ReadPlan, columns: Columns) -> np.ndarray | None:
     """Which records of ``columns`` the plan returns (``None``: all of them)."""
     keep: np.ndarray | None = None
-    digests = None
     if not plan.changelog:
         keep = (columns.value_lengths >= 0) & (columns.key_lengths >= 0)
-        if plan.head_map is not None:
-            digests = key_digests(columns.keys_blob, columns.key_lengths)
-            latest = plan.head_map.get(*digests)
-            in_head = columns.offsets >= plan.head_start
-            keep &= np.where(in_head, latest == columns.offsets, latest < 0)
+        if plan.head is not None:
+            keep &= plan.head.latest_mask(columns)
     if plan.keys is not None:
-        keep = _key_filter(plan.keys, columns, digests) & (True if keep is None else keep)
+        keep = _key_filter(plan.keys, columns) & (True if keep is None else keep)
     if keep is not None and bool(keep.all()):
         return None
     return keep
 
 
-def _key_filter(
-    keys: tuple[bytes, ...], columns: Columns, digests: tuple[np.ndarray, np.ndarray] | None
-) -> np.ndarray:
+def _key_filter(keys: tuple[bytes, ...], columns: Columns) -> np.ndarray:
     if not keys:
         return np.zeros(len(columns), dtype=bool)
     wanted = np.fromiter(map(len, keys), dtype=np.int32, count=len(keys))
     w_hi, w_lo = key_digests(b"".join(keys), wanted)
-    hi, lo = digests if digests is not None else key_digests(columns.keys_blob, columns.key_lengths)
+    hi, lo = key_digests(columns.keys_blob, columns.key_lengths)
     match = np.isin(hi, w_hi) & np.isin(lo, w_lo) & (columns.key_lengths >= 0)
     # digests narrow it down; the bytes decide (a 128-bit collision never returns a wrong key)
     wanted_set = set(keys)

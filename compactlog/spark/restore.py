@@ -172,7 +172,8 @@ def _snapshot_for(source: str) -> tuple[str, bool]:
     os.makedirs(root, exist_ok=True)
     dest = os.path.join(root, f"restore-{time.time_ns()}-{os.getpid()}")
     with open_log(source, read_only=True, create=False) as log:
-        take_snapshot(log, dest)
+        # only this restore reads it, and it is removed when the restore ends: no fsyncs
+        take_snapshot(log, dest, durable=False)
     return dest, True
 
 
