@@ -13,10 +13,13 @@ One log of ``records`` records over ``records // 10`` keys (16 B keys, 100 B val
                compacted log written as Parquet (no explicit snapshot, no result file).
 ``parquet``    the baseline: Spark reading those same final rows from the Parquet files the
                restore wrote and writing them again as Parquet. ``restore_vs_parquet`` is
-               the baseline's time over the restore's (1.0 = as fast; the target is 0.8).
+               the baseline's median time over the restore's (1.0 = as fast; the target is
+               0.8); ``restore_vs_parquet_per_round`` the median of the rounds' ratios.
 
 Each Spark measurement is the median of ``repeat`` timed runs (3 by default) after one
-untimed warm-up run; every time is listed.
+untimed warm-up run; every time is listed. Restore, the baseline and the source's own write
+take turns within each round (:func:`_interleaved`), so a change of the machine's load
+between minutes moves all three alike.
 
 The SparkSession is started (and warmed up by one small job) before anything is timed.
 Run standalone (``python -m benchmarks.bench_spark [--records N] [--json]``) or call
@@ -88,6 +91,19 @@ def _median_of(repeat: int, action: Any, before: Any = None) -> tuple[float, lis
     return statistics.median(times), [round(t, 2) for t in times], value
 
 
+def _interleaved(repeat: int, actions: dict[str, Any]) -> dict[str, list[float]]:
+    """Seconds of each action over ``repeat`` rounds (after one untimed warm-up round), the
+    actions taking turns within a round so that all of them see the same machine load (a
+    shared machine's load moves between minutes; side-by-side ratios should not)."""
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for i in range(repeat + 1):
+        for name, action in actions.items():
+            seconds, _ = _timed(action)
+            if i:
+                times[name].append(seconds)
+    return times
+
+
 def run(records: int = 10_000_000, keys: int | None = None, repeat: int = 3) -> dict[str, Any]:
     """Every measurement; returns a dict of figures (and the setup)."""
     from compactlog.spark.restore import restore
@@ -147,37 +163,41 @@ def run(records: int = 10_000_000, keys: int | None = None, repeat: int = 3) -> 
 
         out = os.path.join(d, "restored")
         copy = os.path.join(d, "copied")
-        restore_s, restore_times, restored = _median_of(
-            repeat,
-            lambda: restore(log_path, out, spark=spark),
-            before=lambda: shutil.rmtree(out, ignore_errors=True),
-        )
+        restored = restore(log_path, out, spark=spark)  # the baseline's input, and a warm-up
         source = spark.read.format("compactlog").load(log_path)
-        write_s, write_times, _ = _median_of(
-            repeat, lambda: source.write.mode("overwrite").parquet(copy)
-        )
-        parquet_s, parquet_times, _ = _median_of(
-            repeat, lambda: spark.read.parquet(out).write.mode("overwrite").parquet(copy)
+
+        def fresh_restore() -> Any:
+            shutil.rmtree(out + ".again", ignore_errors=True)
+            return restore(log_path, out + ".again", spark=spark)
+
+        rounds = _interleaved(
+            repeat,
+            {
+                "restore": fresh_restore,
+                "parquet": lambda: spark.read.parquet(out).write.mode("overwrite").parquet(copy),
+                "source_to_parquet": lambda: source.write.mode("overwrite").parquet(copy),
+            },
         )
         rows = restored.rows
-        result["restore"] = {
-            "seconds": round(restore_s, 2),
-            "times": restore_times,
-            "rows": rows,
-            "rows_per_s": round(rows / restore_s),
-        }
-        result["source_to_parquet"] = {
-            "seconds": round(write_s, 2),
-            "times": write_times,
-            "rows_per_s": round(rows / write_s),
-        }
-        result["parquet"] = {
-            "seconds": round(parquet_s, 2),
-            "times": parquet_times,
-            "rows_per_s": round(rows / parquet_s),
-        }
-        result["restore_vs_parquet"] = round(parquet_s / restore_s, 2)
-        result["source_write_vs_parquet"] = round(parquet_s / write_s, 2)
+        for name, times in rounds.items():
+            seconds = statistics.median(times)
+            result[name] = {
+                "seconds": round(seconds, 3),
+                "times": [round(t, 3) for t in times],
+                "rows": rows,
+                "rows_per_s": round(rows / seconds),
+            }
+        parquet_s = result["parquet"]["seconds"]
+        result["restore_vs_parquet"] = round(parquet_s / result["restore"]["seconds"], 3)
+        result["restore_vs_parquet_per_round"] = round(
+            statistics.median(
+                p / r for p, r in zip(rounds["parquet"], rounds["restore"], strict=True)
+            ),
+            3,
+        )
+        result["source_write_vs_parquet"] = round(
+            parquet_s / result["source_to_parquet"]["seconds"], 3
+        )
         shutil.rmtree(os.path.join(d, "full"), ignore_errors=True)
     result["setup"]["load_average_at_end"] = os.getloadavg()[0]
     result["targets_met"] = {
@@ -192,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark", description=__doc__)
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = run(args.records, args.keys)
+    result = run(args.records, args.keys, args.repeat)
     print(json.dumps(result, indent=1))
     return 0
 
