@@ -65,6 +65,7 @@ from .head import (
     encode_head,
     lock_exclusive,
     map_lock_file,
+    publish_end_into,
     publish_into,
     read_head,
     unlock,
@@ -159,7 +160,7 @@ class SegmentWriter:
         self._dir_dirty = False
         # self-protection
         self._sync_failed: OSError | None = None
-        self._last_space_check = float("-inf")
+        self._next_space_check = float("-inf")  # monotonic time of the next free-space check
         self._bytes_since_check = 0
         # precommit
         self.precommit: PrecommitBuffer | None = None
@@ -581,10 +582,7 @@ class SegmentWriter:
             data = encode_single(key, value, timestamp, headers, offset)
             size = len(data)
             self._bytes_since_check = since = self._bytes_since_check + size
-            if (
-                since >= SPACE_CHECK_BYTES
-                or monotonic() - self._last_space_check >= SPACE_CHECK_SECONDS
-            ):
+            if since >= SPACE_CHECK_BYTES or monotonic() >= self._next_space_check:
                 self._check_space(size)
             active = self.active
             assert active is not None
@@ -610,16 +608,10 @@ class SegmentWriter:
                 active.first_ts = timestamp
             if position - active.last_index_pos >= self._index_interval:  # 2.
                 self._index_locked(active, offset, position)
-            # 3. the head, packed in place and stored (_publish_head, inlined)
+            # 3. the head, packed in place and stored (_publish_head, inlined): only the end
+            #    offset and the size moved (a roll or a refresh published the rest)
             published = self._published
-            publish_into(
-                published,
-                self._published_fields,
-                FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
-                active.base,
-                offset + 1,
-                position + size,
-            )
+            publish_end_into(published, self._published_fields, offset + 1, position + size)
             head_map[0:PUBLISHED_SIZE] = published
             if head_map[DOORBELL]:
                 self._ring()
@@ -763,7 +755,7 @@ class SegmentWriter:
             pass  # a torn tail is still cut by the next writer's validation
 
     def _refusal(self, error: OSError) -> WriteRefusedError:
-        self._last_space_check = float("-inf")
+        self._next_space_check = float("-inf")
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             return WriteRefusedError(
                 "no space left on the device; appends refused, reads go on", path=self.directory
@@ -774,20 +766,17 @@ class SegmentWriter:
 
     def _check_space(self, incoming: int) -> None:
         now = time.monotonic()
-        if (
-            now - self._last_space_check < SPACE_CHECK_SECONDS
-            and self._bytes_since_check < SPACE_CHECK_BYTES
-        ):
+        if now < self._next_space_check and self._bytes_since_check < SPACE_CHECK_BYTES:
             return
         free = self.fs.free_bytes(self.directory)
         if free - incoming < self.config.min_free_bytes:
-            self._last_space_check = float("-inf")
+            self._next_space_check = float("-inf")
             raise WriteRefusedError(
                 f"only {free} bytes free, below min_free_bytes={self.config.min_free_bytes}; "
                 "appends refused until space is freed, reads go on",
                 path=self.directory,
             )
-        self._last_space_check = now
+        self._next_space_check = now + SPACE_CHECK_SECONDS
         self._bytes_since_check = 0
 
     # -- durability --------------------------------------------------------------------
