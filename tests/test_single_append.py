@@ -29,7 +29,7 @@ from compactlog.format import (
 from compactlog.fsio import FileSystem
 from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
 
-from .helpers import FailingFS, batch_positions, segment_files
+from .helpers import FailingFS, batch_positions, run_python, segment_files
 
 # -- the one-record encoder ----------------------------------------------------------------
 
@@ -116,13 +116,7 @@ OPEN_WRITER = textwrap.dedent(
 
 
 def other_writer(log_dir, exclusive=False):
-    done = subprocess.run(
-        [sys.executable, "-c", OPEN_WRITER, str(log_dir), "1" if exclusive else "0"],
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode()
+    return run_python(OPEN_WRITER, str(log_dir), "1" if exclusive else "0")
 
 
 def test_an_exclusive_writer_refuses_other_writers_naming_its_pid(log_dir):
@@ -360,13 +354,19 @@ def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
     size=st.integers(0, 2**62),
 )
 def test_the_head_packed_in_place_is_byte_for_byte_the_encoded_one(flags, base, end, size):
-    from compactlog.head import decode_head, encode_published, publish_into
+    """Both in-place forms: the whole head, and an append's end offset and size only (over
+    a head of the same flags and base)."""
+    from compactlog.head import decode_head, encode_published, publish_end_into, publish_into
 
     buffer = bytearray(b"\xff" * PUBLISHED_SIZE)
     buffer[WRITING_MARK] = 0
-    publish_into(buffer, memoryview(buffer)[:32], flags, base, end, size)
+    fields = memoryview(buffer)[:32]
+    publish_into(buffer, fields, flags, base, end, size)
     assert bytes(buffer) == encode_published(flags, base, end, size)
     assert decode_head(bytes(buffer)) == (flags, base, end, size)
+    publish_into(buffer, fields, flags, base, 1, 2)
+    publish_end_into(buffer, fields, end, size)
+    assert bytes(buffer) == encode_published(flags, base, end, size)
 
 
 class LockWritesFS(FileSystem):
@@ -502,13 +502,7 @@ READ_HEAD_AND_RECORDS = textwrap.dedent(
 
 
 def seen_by_another_process(log_dir) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", READ_HEAD_AND_RECORDS, str(log_dir)],
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode().strip()
+    return run_python(READ_HEAD_AND_RECORDS, str(log_dir)).strip()
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
@@ -622,21 +616,3 @@ def test_the_one_record_encoder_is_exact_for_large_records_too():
     key, value = b"k" * 3000, bytes(range(256)) * 20  # over the joined-CRC size
     expected = encode_batch([key], [value], 7).to_bytes(9)
     assert encode_single(key, value, 7, b"", 9) == expected
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    flags=st.integers(0, 2**32 - 1),
-    base=st.integers(0, 2**62),
-    end=st.integers(0, 2**62),
-    size=st.integers(0, 2**62),
-)
-def test_publishing_only_the_end_gives_the_whole_head(flags, base, end, size):
-    from compactlog.head import decode_head, encode_published, publish_end_into, publish_into
-
-    buffer = bytearray(PUBLISHED_SIZE)
-    fields = memoryview(buffer)[:32]
-    publish_into(buffer, fields, flags, base, 1, 2)
-    publish_end_into(buffer, fields, end, size)
-    assert bytes(buffer) == encode_published(flags, base, end, size)
-    assert decode_head(bytes(buffer)) == (flags, base, end, size)
