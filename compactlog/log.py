@@ -591,6 +591,7 @@ class Log:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
+            self._plain_append = None  # (again: a thread may have reloaded meta meanwhile)
             self._release_writers_lock()
 
     @property
