@@ -388,32 +388,41 @@ def encode_single(
     that its only allocations are the record's bytes and the few small ``struct`` packs.
     ``key`` and ``value`` must already be checked (bytes or ``None``); ``headers`` is the
     encoded header block (``encode_headers``) or ``b""``.
+
+    The common record (a key, a value, no headers) takes the first branch, which runs once
+    per ``append`` (see docs/benchmarks.md): three packs, one CRC call over the body and
+    header bytes [8, 48) concatenated (what the CRC covers, in that order: copying a small
+    record once more costs less than a second call of ``crc32c``) and the record joined
+    (one ``join`` of three parts costs less than two concatenations).
     """
-    if headers:
-        body = b"".join(
-            (
-                _THREE_LENGTHS.pack(
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    len(headers),
-                ),
-                key or b"",
-                value or b"",
-                headers,
-            )
+    if key is not None and value is not None and not headers:
+        key_length = len(key)
+        value_length = len(value)
+        lengths = key_length + value_length
+        body = _TWO_LENGTHS.pack(key_length, value_length) + key + value
+        tail = _HEADER_TAIL.pack(
+            BATCH_MAGIC,
+            CODEC_NONE,
+            _SINGLE_FLAGS,
+            base_offset,
+            1,
+            0,
+            timestamp,
+            timestamp,
+            lengths + 8,
         )
+        # (a large record is not copied once more for it: two calls instead)
+        crc = crc32c(body + tail) if lengths < 4096 else crc32c(tail, crc32c(body))
+        return b"".join((_LENGTH_CRC.pack(lengths + 56, crc), tail, body))
+    key_length = -1 if key is None else len(key)
+    value_length = -1 if value is None else len(value)
+    if headers:
+        lengths_block = _THREE_LENGTHS.pack(key_length, value_length, len(headers))
         flags = _SINGLE_FLAGS | FLAG_HEADERS
     else:
-        body = b"".join(
-            (
-                _TWO_LENGTHS.pack(
-                    -1 if key is None else len(key), -1 if value is None else len(value)
-                ),
-                key or b"",
-                value or b"",
-            )
-        )
+        lengths_block = _TWO_LENGTHS.pack(key_length, value_length)
         flags = _SINGLE_FLAGS
+    body = b"".join((lengths_block, key or b"", value or b"", headers))
     length = len(body)
     tail = _HEADER_TAIL.pack(
         BATCH_MAGIC, CODEC_NONE, flags, base_offset, 1, 0, timestamp, timestamp, length

@@ -85,6 +85,10 @@ class Log:
         self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
+        # what append() hands a plain record to, and the size limit it checks first; set
+        # with meta (see _choose_append_path), None while there is no such path
+        self._plain_append: Callable[[bytes, bytes, int, bytes], int] | None = None
+        self._plain_limit = 0
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -103,6 +107,7 @@ class Log:
                     self.writer.close()
                     raise
                 self.writer.start_background()
+                self._choose_append_path()
         except BaseException:
             self._release_writers_lock()
             raise
@@ -185,6 +190,35 @@ class Log:
         return meta
 
     @property
+    def meta(self) -> Meta:
+        """The log's ``meta`` (config, log start offset) as this open last read or wrote it."""
+        return self._meta
+
+    @meta.setter
+    def meta(self, meta: Meta) -> None:
+        self._meta = meta
+        self._choose_append_path()  # the config may have changed what append() may skip
+
+    def _choose_append_path(self) -> None:
+        """Decide, once per config rather than once per record, whether :meth:`append` may
+        hand a plain record (bytes key and value, wall clock, no headers) straight to the
+        writer: only when nothing between the two would touch it, i.e. a writer with no
+        buffer (``SegmentWriter.plain_single``), no compression and the default clock."""
+        config = self._meta.config
+        writer = self.writer
+        self._plain_limit = config.max_record_bytes
+        if (
+            writer is not None
+            and writer.plain_single
+            and config.compression == "none"
+            and self._wall_clock
+            and not self._closed
+        ):
+            self._plain_append = writer.append_record
+        else:
+            self._plain_append = None
+
+    @property
     def config(self) -> LogConfig:
         return self.meta.config
 
@@ -259,8 +293,19 @@ class Log:
         killed), until the next flush; see the user guide.
         """
         # The per-record path: each line here is paid once per append, so the common case
-        # (bytes key and value, wall clock, no headers, no buffer, no compression) is tested
-        # first and handed to the writer with no other work (see docs/benchmarks.md).
+        # (bytes key and value within the size limit, wall clock, no headers, no buffer, no
+        # compression) is one test and a call of the writer's prebound append_record, chosen
+        # with the config (_choose_append_path); the writer refuses a closed log itself.
+        plain = self._plain_append
+        if (
+            plain is not None
+            and type(key) is bytes
+            and type(value) is bytes
+            and timestamp_ms is None
+            and headers is None
+            and len(key) + len(value) <= self._plain_limit
+        ):
+            return plain(key, value, time_ns() // 1_000_000, b"")  # wall_clock_ms, inlined
         writer = self.writer
         if writer is None or self._closed:
             writer = self._writable()
@@ -538,6 +583,7 @@ class Log:
         released; using one afterwards raises :class:`LogClosedError`), then the writer."""
         if self._closed:
             return
+        self._plain_append = None
         try:
             for subscriber in list(self._subscribers):
                 subscriber.close()
@@ -545,6 +591,7 @@ class Log:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
+            self._plain_append = None  # (again: a thread may have reloaded meta meanwhile)
             self._release_writers_lock()
 
     @property

@@ -65,6 +65,7 @@ from .head import (
     encode_head,
     lock_exclusive,
     map_lock_file,
+    publish_end_into,
     publish_into,
     read_head,
     unlock,
@@ -150,6 +151,11 @@ class SegmentWriter:
         self.precommit_recovered = 0  # entries of a dead writer materialized by this one
         self._flock_held = False
         self._flock_depth = 0
+        # True while append_record may skip _prepare_append and the tests it makes for other
+        # writers: an exclusive writer holding its flock for good, open, with no buffer, the
+        # plain FileSystem and no failed fsync (set by _exclusive once the flock is taken;
+        # cleared by close, a failed fsync and a precommit buffer)
+        self._steady = False
         # durability
         self.write_seq = 0
         self.synced_seq = 0
@@ -159,7 +165,7 @@ class SegmentWriter:
         self._dir_dirty = False
         # self-protection
         self._sync_failed: OSError | None = None
-        self._last_space_check = float("-inf")
+        self._next_space_check = float("-inf")  # monotonic time of the next free-space check
         self._bytes_since_check = 0
         # precommit
         self.precommit: PrecommitBuffer | None = None
@@ -255,6 +261,7 @@ class SegmentWriter:
         finally:
             with self.lock:
                 self.closed = True
+                self._steady = False
                 if self.precommit is not None:
                     self.precommit.close()
                 self._retired.clear()
@@ -281,6 +288,13 @@ class SegmentWriter:
                 self._flock_held = False
                 unlock(self.lock_fd)
                 raise
+            self._steady = (
+                self.exclusive_mode
+                and self.plain_single
+                and self._plain_fs
+                and not self.closed
+                and self._sync_failed is None
+            )
         self._flock_depth += 1
         try:
             yield
@@ -566,25 +580,15 @@ class SegmentWriter:
         if not lock.acquire(False):  # (positional: parsing a keyword costs a little)
             return self._append_queued([key, value, timestamp, headers, None])
         locked_here = False
+        steady = self._steady
         try:
-            if self.closed or self._sync_failed is not None:
-                self._check_open()
-            head_map = self.head_map
-            if not self._flock_held:  # (exclusive=True, or a buffer, keeps it held)
-                flock(self.lock_fd, LOCK_EX)
-                self._flock_held = locked_here = True
-                if head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
-                    self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
-            if self.precommit is not None and self.precommit.count:
-                self._materialize_locked()
+            if not steady:  # a shared writer, a buffer, a closed log, a failed fsync
+                locked_here = self._prepare_append()
             offset = self.end_offset
             data = encode_single(key, value, timestamp, headers, offset)
             size = len(data)
             self._bytes_since_check = since = self._bytes_since_check + size
-            if (
-                since >= SPACE_CHECK_BYTES
-                or monotonic() - self._last_space_check >= SPACE_CHECK_SECONDS
-            ):
+            if since >= SPACE_CHECK_BYTES or monotonic() >= self._next_space_check:
                 self._check_space(size)
             active = self.active
             assert active is not None
@@ -596,10 +600,12 @@ class SegmentWriter:
                 self._roll()
                 active = self.active
                 position = active.size
-            if not self.exclusive_mode:  # 1. (no live writer could see an exclusive one's)
+            head_map = self.head_map
+            # 1. (an exclusive writer, steady or not, sets no mark: no live writer could see it)
+            if not steady and not self.exclusive_mode:
                 head_map[WRITING_MARK] = 1
             try:
-                if not (self._plain_fs and pwrite(active.fd, data, position) == size):
+                if not ((steady or self._plain_fs) and pwrite(active.fd, data, position) == size):
                     self.fs.pwritev(active.fd, [data], position)  # a short write, or a test's fs
             except OSError as error:
                 self._undo_partial_write(active, position)
@@ -610,16 +616,10 @@ class SegmentWriter:
                 active.first_ts = timestamp
             if position - active.last_index_pos >= self._index_interval:  # 2.
                 self._index_locked(active, offset, position)
-            # 3. the head, packed in place and stored (_publish_head, inlined)
+            # 3. the head, packed in place and stored (_publish_head, inlined): only the end
+            #    offset and the size moved (a roll or a refresh published the rest)
             published = self._published
-            publish_into(
-                published,
-                self._published_fields,
-                FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
-                active.base,
-                offset + 1,
-                position + size,
-            )
+            publish_end_into(published, self._published_fields, offset + 1, position + size)
             head_map[0:PUBLISHED_SIZE] = published
             if head_map[DOORBELL]:
                 self._ring()
@@ -634,6 +634,23 @@ class SegmentWriter:
         if self._sync_always:
             self.sync_through(seq)
         return offset
+
+    def _prepare_append(self) -> bool:
+        """What :meth:`append_record` does first unless the writer is steady (caller holds
+        ``self.lock``): refuse a closed log or one whose fsync failed, take the ``flock``
+        and catch up with other processes, write pending precommit entries. Returns whether
+        it took the ``flock`` (then the append lets it go)."""
+        if self.closed or self._sync_failed is not None:
+            self._check_open()
+        locked_here = False
+        if not self._flock_held:  # (exclusive=True, or a buffer, keeps it held)
+            flock(self.lock_fd, LOCK_EX)
+            self._flock_held = locked_here = True
+            if self.head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
+                self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
+        if self.precommit is not None and self.precommit.count:
+            self._materialize_locked()
+        return locked_here
 
     def _append_queued(self, slot: list[Any]) -> int:
         """Queue ``[key, value, timestamp, headers, result]`` for whoever holds the lock next.
@@ -763,7 +780,7 @@ class SegmentWriter:
             pass  # a torn tail is still cut by the next writer's validation
 
     def _refusal(self, error: OSError) -> WriteRefusedError:
-        self._last_space_check = float("-inf")
+        self._next_space_check = float("-inf")
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             return WriteRefusedError(
                 "no space left on the device; appends refused, reads go on", path=self.directory
@@ -774,20 +791,17 @@ class SegmentWriter:
 
     def _check_space(self, incoming: int) -> None:
         now = time.monotonic()
-        if (
-            now - self._last_space_check < SPACE_CHECK_SECONDS
-            and self._bytes_since_check < SPACE_CHECK_BYTES
-        ):
+        if now < self._next_space_check and self._bytes_since_check < SPACE_CHECK_BYTES:
             return
         free = self.fs.free_bytes(self.directory)
         if free - incoming < self.config.min_free_bytes:
-            self._last_space_check = float("-inf")
+            self._next_space_check = float("-inf")
             raise WriteRefusedError(
                 f"only {free} bytes free, below min_free_bytes={self.config.min_free_bytes}; "
                 "appends refused until space is freed, reads go on",
                 path=self.directory,
             )
-        self._last_space_check = now
+        self._next_space_check = now + SPACE_CHECK_SECONDS
         self._bytes_since_check = 0
 
     # -- durability --------------------------------------------------------------------
@@ -836,6 +850,7 @@ class SegmentWriter:
             # and the reopen validates the tail against what is really on disk.
             with self.lock:
                 self._sync_failed = error
+                self._steady = False
             raise self._sync_refusal() from error
         finally:
             os.close(active_fd)
@@ -1008,7 +1023,7 @@ class SegmentWriter:
         if buffer is None:
             path = os.path.join(self.directory, filenames.PRECOMMIT)
             buffer = self.precommit = PrecommitBuffer(path, 0)
-            self.plain_single = False
+            self.plain_single = self._steady = False
         entries = buffer.pending()
         skip = 0
         written = 0

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from compactlog.format import BATCH_HEADER, FILE_HEADER, read_batch_header
 from compactlog.fsio import FileSystem
 
 SEGMENT_HEADER_SIZE = FILE_HEADER.size
+
+
+def run_python(code: str, *args: str, timeout: float = 60) -> str:
+    """Run ``code`` in another Python process with ``args`` (what another process sees);
+    returns its output, and fails the test with its stderr if it exits non-zero."""
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
 
 
 class FakeClock:

@@ -12,6 +12,7 @@ import pytest
 
 import compactlog
 
+from .helpers import run_python
 from .test_crash import parse_acks, spawn, verify
 
 WRITERS = 4
@@ -135,13 +136,7 @@ def test_a_reader_in_another_process_sees_flushed_records(log_dir):
         log.append(b"k", b"pending")  # in the precommit buffer: not visible yet
 
         def read():
-            run = subprocess.run(
-                [sys.executable, "-c", reader_script, str(log_dir)],
-                capture_output=True,
-                timeout=30,
-            )
-            assert run.returncode == 0, run.stderr.decode()
-            return run.stdout.decode().strip()
+            return run_python(reader_script, str(log_dir), timeout=30).strip()
 
         assert read() == "1 ['flushed']"
         log.flush()

@@ -18,11 +18,18 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import filenames
-from compactlog.format import FILE_HEADER, encode_batch, encode_headers, encode_single
+from compactlog.format import (
+    CODEC_ZSTD,
+    FILE_HEADER,
+    encode_batch,
+    encode_headers,
+    encode_single,
+    read_batch_header,
+)
 from compactlog.fsio import FileSystem
 from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
 
-from .helpers import FailingFS
+from .helpers import FailingFS, batch_positions, run_python, segment_files
 
 # -- the one-record encoder ----------------------------------------------------------------
 
@@ -109,13 +116,7 @@ OPEN_WRITER = textwrap.dedent(
 
 
 def other_writer(log_dir, exclusive=False):
-    done = subprocess.run(
-        [sys.executable, "-c", OPEN_WRITER, str(log_dir), "1" if exclusive else "0"],
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode()
+    return run_python(OPEN_WRITER, str(log_dir), "1" if exclusive else "0")
 
 
 def test_an_exclusive_writer_refuses_other_writers_naming_its_pid(log_dir):
@@ -353,13 +354,19 @@ def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
     size=st.integers(0, 2**62),
 )
 def test_the_head_packed_in_place_is_byte_for_byte_the_encoded_one(flags, base, end, size):
-    from compactlog.head import decode_head, encode_published, publish_into
+    """Both in-place forms: the whole head, and an append's end offset and size only (over
+    a head of the same flags and base)."""
+    from compactlog.head import decode_head, encode_published, publish_end_into, publish_into
 
     buffer = bytearray(b"\xff" * PUBLISHED_SIZE)
     buffer[WRITING_MARK] = 0
-    publish_into(buffer, memoryview(buffer)[:32], flags, base, end, size)
+    fields = memoryview(buffer)[:32]
+    publish_into(buffer, fields, flags, base, end, size)
     assert bytes(buffer) == encode_published(flags, base, end, size)
     assert decode_head(bytes(buffer)) == (flags, base, end, size)
+    publish_into(buffer, fields, flags, base, 1, 2)
+    publish_end_into(buffer, fields, end, size)
+    assert bytes(buffer) == encode_published(flags, base, end, size)
 
 
 class LockWritesFS(FileSystem):
@@ -477,3 +484,135 @@ def test_a_failed_ring_does_not_fail_the_append(log_dir):
         assert doorbell_of(log_dir) == 0
         assert [r.key for r in log.read()] == [b"a", b"b"]
         assert log.end_offset == 2
+
+
+# -- the plain path: Log.append straight to the writer's append_record -----------------------
+
+READ_HEAD_AND_RECORDS = textwrap.dedent(
+    """
+    import sys
+    import compactlog
+    from compactlog.head import read_head_file
+    head = read_head_file(sys.argv[1] + "/.lock")
+    with compactlog.open(sys.argv[1], read_only=True) as log:
+        keys = [r.key.decode() for r in log.read()]
+    print(head.end_offset, ",".join(keys))
+    """
+)
+
+
+def seen_by_another_process(log_dir) -> str:
+    return run_python(READ_HEAD_AND_RECORDS, str(log_dir)).strip()
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_plain_append_is_seen_by_another_process_when_it_returns(log_dir, exclusive):
+    """No flush: the head stored into the map of .lock and the record's pwrite are all
+    another process's reader needs, for the steady exclusive writer too."""
+    with compactlog.open(log_dir, exclusive=exclusive) as log:
+        assert log._plain_append is not None
+        if exclusive:
+            assert log.writer._steady
+        assert [log.append(b"k%d" % i, b"v") for i in range(3)] == [0, 1, 2]
+        assert seen_by_another_process(log_dir) == "3 k0,k1,k2"
+        assert log.append(b"k3", b"v") == 3
+        assert seen_by_another_process(log_dir) == "4 k0,k1,k2,k3"
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_the_plain_path_refuses_bad_input_and_writes_nothing(log_dir, exclusive):
+    with compactlog.open(log_dir, exclusive=exclusive, max_record_bytes=100) as log:
+        log.append(b"k", b"v")
+        with pytest.raises(compactlog.InvalidRecordError, match="key must be bytes"):
+            log.append("k", b"v")
+        with pytest.raises(compactlog.InvalidRecordError, match="value must be bytes"):
+            log.append(b"k", 5)
+        with pytest.raises(compactlog.InvalidRecordError, match="None is not allowed"):
+            log.append(None, b"v")
+        with pytest.raises(compactlog.RecordTooLargeError, match="max_record_bytes=100"):
+            log.append(b"k" * 50, b"v" * 51)
+        assert log.append(b"k" * 50, b"v" * 50) == 1  # the limit itself is allowed
+        assert log.end_offset == 2
+    with pytest.raises(compactlog.LogClosedError):
+        log.append(b"k", b"v")
+    assert [r.offset for r in compactlog.open(log_dir, read_only=True).read()] == [0, 1]
+
+
+def test_the_plain_path_follows_config_changes(log_dir):
+    """The path and its size limit are chosen with the config: a change another open made
+    is honoured once this open reloads meta (here: a lower limit, then compression)."""
+    with compactlog.open(log_dir) as log:
+        log.append(b"k", b"v" * 200)
+        with compactlog.open(log_dir, max_record_bytes=100):
+            pass
+        log.reload_meta()
+        with pytest.raises(compactlog.RecordTooLargeError):
+            log.append(b"k", b"v" * 200)
+        with compactlog.open(log_dir, compression="zstd"):
+            pass
+        log.reload_meta()
+        assert log._plain_append is None
+        assert log.append(b"k", b"v" * 50) == 1
+    last_segment = segment_files(log_dir)[-1]
+    position, _length = batch_positions(last_segment)[-1]
+    data = last_segment.read_bytes()
+    header, _ = read_batch_header(data, position, len(data))
+    assert header.codec == CODEC_ZSTD  # the record went through the columns encoder
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_plain_appends_roll_segments_and_write_index_entries(log_dir, exclusive):
+    from compactlog.segment import read_index
+
+    with compactlog.open(
+        log_dir, exclusive=exclusive, segment_bytes=4096, index_interval_bytes=512
+    ) as log:
+        for i in range(200):
+            assert log.append(b"key%05d" % i, b"v" * 100) == i
+        bases = log.get_segments()
+        assert len(bases) > 4
+        for base in bases[:-1]:  # the closed ones: about 4,000 bytes, an entry per 512
+            assert 3000 < (log_dir / filenames.segment_name(base)).stat().st_size <= 4096
+            entries = read_index(str(log_dir), base)
+            assert entries is not None and len(entries) >= 4
+        assert [r.offset for r in log.read()] == list(range(200))
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_plain_appends_roll_segments_at_segment_ms(log_dir, exclusive):
+    with compactlog.open(log_dir, exclusive=exclusive, segment_ms=20) as log:
+        log.append(b"a", b"1")
+        log.append(b"b", b"2")
+        time.sleep(0.05)
+        log.append(b"c", b"3")
+        assert log.get_segments() == [0, 2]
+
+
+def test_a_steady_exclusive_writer_stops_after_a_failed_fsync(log_dir, monkeypatch):
+    from compactlog.fsio import DEFAULT_FS
+
+    log = compactlog.open(log_dir, exclusive=True, sync="os")
+    log.append(b"k", b"v")
+    assert log.writer._steady
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(DEFAULT_FS, "fdatasync", failing_fdatasync)
+    with pytest.raises(compactlog.WriteRefusedError, match="fsync failed"):
+        log.flush()
+    assert not log.writer._steady
+    with pytest.raises(compactlog.WriteRefusedError, match="reopened"):
+        log.append(b"k", b"v")
+    monkeypatch.undo()
+    assert log.end_offset == 1
+    with pytest.raises(compactlog.WriteRefusedError):
+        log.close()
+    with compactlog.open(log_dir, exclusive=True) as reopened:
+        assert reopened.append(b"k2", b"v") == 1
+
+
+def test_the_one_record_encoder_is_exact_for_large_records_too():
+    key, value = b"k" * 3000, bytes(range(256)) * 20  # over the joined-CRC size
+    expected = encode_batch([key], [value], 7).to_bytes(9)
+    assert encode_single(key, value, 7, b"", 9) == expected
