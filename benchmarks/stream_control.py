@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
+import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 CONTROL_NAME = "compactlog_control"
+CACHE_MODULE = "_compactlog_control_cache"
 CHUNK_RECORDS = 1 << 16  # the batch size compactlog's reader yields (spark/arrow.py)
 KEY_BYTES = 16
 VALUE_BYTES = 100
@@ -69,6 +72,18 @@ def prebuilt_batch(schema: pa.Schema, rows: int = CHUNK_RECORDS) -> pa.RecordBat
         for f in schema
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def worker_cache() -> dict[str, Any]:
+    """A dict that lives as long as the Python worker process. Spark reuses a worker across
+    tasks and micro-batches, so the batch is built once per worker, as a real source's
+    set-up would be. It cannot be a global of this module: the module is pickled by value,
+    and each task's unpickling gives its functions fresh globals (and a fresh class)."""
+    holder = sys.modules.get(CACHE_MODULE)
+    if holder is None:
+        holder = sys.modules[CACHE_MODULE] = types.ModuleType(CACHE_MODULE)
+        holder.cache = {}  # type: ignore[attr-defined]
+    return holder.cache  # type: ignore[attr-defined,no-any-return]
 
 
 class ControlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -108,7 +123,10 @@ class ControlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         assert isinstance(partition, ControlPartition)
-        batch = prebuilt_batch(to_arrow_schema(self.schema, timezone="UTC"))
+        cache = worker_cache()
+        if "batch" not in cache:
+            cache["batch"] = prebuilt_batch(to_arrow_schema(self.schema, timezone="UTC"))
+        batch = cache["batch"]
         for at in range(partition.start, partition.end, CHUNK_RECORDS):
             yield batch.slice(0, min(CHUNK_RECORDS, partition.end - at))
 
@@ -141,8 +159,6 @@ class ControlDataSource(DataSource):
 
 def register_control(spark: Any) -> None:
     """Register ``compactlog_control`` (pickled by value: workers cannot import this)."""
-    import sys
-
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
