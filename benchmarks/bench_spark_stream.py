@@ -177,6 +177,7 @@ def run(
     workloads: tuple[str, ...] = WORKLOADS,
     control: bool = True,
     partitions: int | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from compactlog.spark.session import local_session
 
@@ -190,12 +191,13 @@ def run(
             "micro_batch": batch,
             "writer_records": writer_records,
             "load_average_at_start": os.getloadavg()[0],
+            "spark_conf": spark_conf or {},
         }
     }
     spark = local_session(
         "local[*]",
         app_name="compactlog-bench-stream",
-        config={"spark.ui.showConsoleProgress": "false"},
+        config={"spark.ui.showConsoleProgress": "false", **(spark_conf or {})},
     )
     targets: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="bench-stream-", dir=os.environ.get("BENCH_DIR")) as d:
@@ -273,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-control", action="store_true", help="skip the control source in the stream workload"
     )
     parser.add_argument("--partitions", type=int, help="numPartitions of each micro-batch")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
     args = parser.parse_args(argv)
     result = run(
         args.records,
@@ -282,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         workloads=tuple(args.only or WORKLOADS),
         control=not args.no_control,
         partitions=args.partitions,
+        spark_conf=dict(item.split("=", 1) for item in args.conf),
     )
     print(json.dumps(result, indent=1))
     return 0

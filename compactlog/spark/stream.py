@@ -157,7 +157,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         from ..state_files import read_meta
-        from .batch import split_range
+        from .ranges import split_range
 
         lo, hi = int(start["offset"]), int(end["offset"])
         lo = max(lo, read_meta(self.path).log_start_offset)
@@ -186,7 +186,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 def make_stream_reader(raw: Mapping[str, str], options: ReadOptions, schema: StructType) -> Any:
     """What ``DataSource.streamReader`` returns."""
-    from .partitioned import is_partitioned
+    from .logdirs import is_partitioned
 
     if is_partitioned(os.path.abspath(options.path)):
         raise ConfigError(
