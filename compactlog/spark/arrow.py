@@ -21,8 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pa_json
 
 from ..errors import CompactLogError
 from ..format import RecordBatch, concat_columns, decode_headers
@@ -126,7 +124,11 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
     cache: dict[str, pa.Array] = {}
 
     def filtered(array: pa.Array) -> pa.Array:
-        return array if mask is None else pc.filter(array, mask)
+        if mask is None:
+            return array
+        import pyarrow.compute as pc  # here, not at the top: see _parse_json
+
+        return pc.filter(array, mask)
 
     def raw_values() -> pa.Array:
         if "values" not in cache:
@@ -195,7 +197,14 @@ def _parse_json(
     values: pa.Array, layout: Layout, columns: Columns, keep: np.ndarray | None
 ) -> pa.Table:
     """Parse the non-null values as newline-delimited JSON against the value schema; rows
-    whose value is null (tombstones) get null fields. One C++ parse per chunk."""
+    whose value is null (tombstones) get null fields. One C++ parse per chunk.
+
+    ``pyarrow.json`` and ``pyarrow.compute`` are imported where they are used: Spark starts
+    fresh Python processes for each streaming query (its offset runner and its planner),
+    which import this module for the schema check alone, and the two cost more to import
+    than the rest of it."""
+    import pyarrow.json as pa_json
+
     fields = layout.json_fields
     n = len(values)
     valid = values.is_valid().to_numpy(zero_copy_only=False)

@@ -26,9 +26,6 @@ digests (most tail keys are not in the head) and exactly only where the filter s
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
 import os
 import shutil
 import time
@@ -41,15 +38,15 @@ from ..compaction.offset_map import OffsetMap, key_digests
 from ..errors import ConfigError
 from ..format import RecordBatch
 from ..reader import iter_batches
-from ..segment import list_segments, segment_path
+from ..segment import list_segments
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
 from ..state_files import read_cleaner_state
 from .arrow import CHUNK_BYTES, CHUNK_RECORDS, Columns, concat_batches
 from .options import ReadOptions
+from .ranges import Partition, plan_partitions
 
 IMPLICIT_SNAPSHOTS = ".snapshots"
 IMPLICIT_PREFIX = "spark-"
-PARTITION_BYTES = 128 << 20
 UNLIMITED = 1 << 62
 _BIT = np.array([1 << i for i in range(8)], dtype=np.uint8)  # _BIT[i]: bit i of a byte
 _THREE = np.uint64(3)
@@ -58,15 +55,6 @@ _SEVEN = np.uint64(7)
 
 class InexactReadError(ConfigError):
     """``asOfOffset`` below the cleaner point: compaction may have removed that state."""
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """One task's share: offsets ``[start, end)`` of the snapshot."""
-
-    index: int
-    start: int
-    end: int
 
 
 @dataclass(slots=True)
@@ -277,32 +265,6 @@ def build_head_map(directory: str, start: int, end: int) -> OffsetMap:
         head.put(hi, lo, offsets)
     head.flush()
     return head
-
-
-def plan_partitions(
-    directory: str, start: int, end: int, wanted: int | None = None
-) -> list[Partition]:
-    """Offset ranges over groups of whole segments, of about equal bytes."""
-    if end <= start:
-        return [Partition(0, start, start)]
-    bases = list_segments(directory)
-    first = max(bisect.bisect_right(bases, start) - 1, 0)
-    segments = [b for b in bases[first:] if b < end]
-    sizes = [os.path.getsize(segment_path(directory, b)) for b in segments]
-    total = sum(sizes)
-    if wanted is None:
-        wanted = max(os.cpu_count() or 2, math.ceil(total / PARTITION_BYTES))
-    count = max(1, min(wanted, len(segments)))
-    target = total / count
-    bounds = [start]
-    acc = 0
-    for i, size in enumerate(sizes[:-1]):
-        acc += size
-        if acc >= target * len(bounds) and len(bounds) < count:
-            bounds.append(max(segments[i + 1], start))
-    bounds.append(end)
-    pairs = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-    return [Partition(i, lo, hi) for i, (lo, hi) in enumerate(pairs)]
 
 
 # -- reading one partition ------------------------------------------------------------

@@ -18,7 +18,6 @@ different ``N`` is refused (it would send keys to other logs).
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +28,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
 
 from ..errors import ConfigError
+from .logdirs import (
+    PARTITION_COLUMN,
+    is_partitioned,
+    list_partitions,
+    partition_dir,
+)
 from .options import ReadOptions
 from .writer import (
     STAGED_SUFFIX,
@@ -39,33 +44,8 @@ from .writer import (
     task_identity,
 )
 
-PARTITION_PREFIX = "partition-"
-PARTITION_COLUMN = "partition"
-_NAME = re.compile(r"^partition-(\d+)$")
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
-
-
-def partition_dir(table: str, index: int) -> str:
-    return os.path.join(table, f"{PARTITION_PREFIX}{index}")
-
-
-def list_partitions(table: str) -> list[tuple[int, str]]:
-    """``(partition number, log directory)`` of every log in ``table``, by number."""
-    if not os.path.isdir(table):
-        return []
-    found = []
-    for name in os.listdir(table):
-        match = _NAME.match(name)
-        directory = os.path.join(table, name)
-        if match and os.path.exists(os.path.join(directory, "meta")):
-            found.append((int(match.group(1)), directory))
-    return sorted(found)
-
-
-def is_partitioned(path: str) -> bool:
-    """A directory of logs (and not itself a log)."""
-    return not os.path.exists(os.path.join(path, "meta")) and bool(list_partitions(path))
 
 
 def prepare_partitioned(table: str, count: int) -> list[str]:

@@ -95,14 +95,15 @@ class CompactLogDataSource(DataSource):
         self.parsed = parse_options(options)
 
     def schema(self) -> str:
-        from .partitioned import PARTITION_COLUMN, is_partitioned
+        from .logdirs import PARTITION_COLUMN, is_partitioned
 
         if is_partitioned(self.parsed.path):  # a directory of logs: compactlog/spark/partitioned.py
             return f"{schema_ddl(self.parsed)}, {PARTITION_COLUMN} INT"
         return schema_ddl(self.parsed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .partitioned import PartitionedReader, is_partitioned
+        from .logdirs import is_partitioned
+        from .partitioned import PartitionedReader
 
         if is_partitioned(self.parsed.path):
             return PartitionedReader(self.parsed, schema)

@@ -157,16 +157,14 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         from ..state_files import read_meta
-        from .batch import plan_partitions
+        from .ranges import split_range
 
         lo, hi = int(start["offset"]), int(end["offset"])
         lo = max(lo, read_meta(self.path).log_start_offset)
-        if hi <= lo:
-            return []
         wanted = self.options.num_partitions or os.cpu_count() or 2
         return [
             CompactLogPartition(p.index, p.start, p.end)
-            for p in plan_partitions(self.path, lo, hi, wanted)
+            for p in split_range(self.path, lo, hi, wanted)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -188,7 +186,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 def make_stream_reader(raw: Mapping[str, str], options: ReadOptions, schema: StructType) -> Any:
     """What ``DataSource.streamReader`` returns."""
-    from .partitioned import is_partitioned
+    from .logdirs import is_partitioned
 
     if is_partitioned(os.path.abspath(options.path)):
         raise ConfigError(

@@ -11,6 +11,7 @@ model.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -35,8 +36,10 @@ from pyspark.sql.types import (
 
 import compactlog
 from compactlog.errors import ConfigError
+from compactlog.segment import list_segments, segment_path
 from compactlog.spark.options import parse_options
 from compactlog.spark.partitioned import prepare_partitioned
+from compactlog.spark.ranges import split_range
 from compactlog.spark.stream import current_table, make_stream_reader, upsert_into_parquet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,6 +154,61 @@ def test_a_replay_after_compaction_gives_a_subset_with_the_same_latest_values(tm
     last_offset = {op(i)[0]: i for i in range(3000)}
     missing = {r["offset"] for r in first} - {r["offset"] for r in replay}
     assert all(last_offset[op(o)[0]] > o for o in missing)
+
+
+def test_a_micro_batch_is_split_in_equal_shares_cut_inside_segments(tmp_path):
+    path = tmp_path / "log"
+    write_ops(path, 0, 3000)
+    bases = list_segments(str(path))
+    assert len(bases) > 10
+    # a range over a few segments whose bounds fall mid-segment: cutting only between
+    # segments could not make two equal halves
+    start, end = bases[2] + 7, bases[5] + 11
+    stream = reader(path, numPartitions=2)
+    parts = stream.partitions({"offset": start}, {"offset": end})
+    assert [(p.start, p.end) for p in parts] == [(start, parts[0].end), (parts[0].end, end)]
+    assert parts[0].end not in bases  # the cut is inside a segment
+    sizes = [p.end - p.start for p in parts]
+    assert abs(sizes[0] - sizes[1]) <= 0.05 * (end - start)
+    rows = [r["offset"] for p in parts for b in stream.read(p) for r in b.to_pylist()]
+    assert rows == list(range(start, end))  # together exactly the range, in order
+
+
+def test_the_split_follows_bytes_on_a_compacted_log_and_covers_the_range(tmp_path):
+    path = tmp_path / "log"
+    write_ops(path, 0, 3000)
+    with compactlog.open(path, min_compaction_lag_ms=0) as log:
+        log.compact(force=True)  # the tail now holds few records per offset
+    write_ops(path, 3000, 4500)  # a dirty head: one record per offset
+    stream = reader(path, numPartitions=3)
+    parts = stream.partitions({"offset": 0}, {"offset": 4500})
+    assert len(parts) == 3 and parts[0].start == 0 and parts[-1].end == 4500
+    assert all(a.end == b.start for a, b in itertools.pairwise(parts))
+    counts = [sum(b.num_rows for b in stream.read(p)) for p in parts]
+    # by offsets the first third would hold the ~100 survivors of 1500 offsets and the
+    # others 1000 records each; by bytes each task gets about a third of the records
+    assert max(counts) <= 1.5 * min(counts), counts
+    with compactlog.open(path, read_only=True) as log:
+        assert sum(counts) == sum(1 for _ in log.read())
+
+
+def test_a_segment_swapped_away_while_planning_only_skews_the_split(tmp_path, monkeypatch):
+    path = tmp_path / "log"
+    write_ops(path, 0, 2000)
+    gone = segment_path(str(path), list_segments(str(path))[3])
+    real = os.path.getsize
+
+    def getsize(name):
+        if name == gone:
+            raise FileNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(os.path, "getsize", getsize)
+    assert [(p.start, p.end) for p in split_range(str(path), 0, 2000, 1)] == [(0, 2000)]
+    parts = split_range(str(path), 0, 2000, 4)
+    assert parts[0].start == 0 and parts[-1].end == 2000
+    assert all(a.end == b.start for a, b in itertools.pairwise(parts))
+    assert split_range(str(path), 500, 500, 4) == []
 
 
 # -- real streaming queries ---------------------------------------------------------------

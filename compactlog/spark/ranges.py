@@ -1,0 +1,116 @@
+"""Offset ranges over a log's segments: how a read is cut into Spark partitions.
+
+Kept apart from :mod:`compactlog.spark.batch` so that a stream's planner, which only cuts
+micro-batches (:func:`split_range`), does not import the batch read's machinery (the
+offset map and the compaction package behind it, snapshots): the Python processes Spark
+starts for each streaming query import this module, and every import is paid per query.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import os
+from dataclasses import dataclass
+
+from ..segment import list_segments, segment_path
+
+PARTITION_BYTES = 128 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One task's share: offsets ``[start, end)`` of the snapshot."""
+
+    index: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """One segment's share ``[start, end)`` of a range, and its estimated bytes."""
+
+    start: int
+    end: int
+    size: float
+
+
+def _pieces(directory: str, start: int, end: int) -> list[_Piece]:
+    """The segments holding ``[start, end)``, each cut to the range, with its file size
+    scaled by the share of its offsets inside the range (records per offset are taken as
+    even within a segment; the last segment is taken to end at ``end``). A segment that
+    vanished since the listing (the cleaner swapped it on a live log) counts 0 bytes: the
+    sizes only balance partitions, the reader follows offsets whatever the files."""
+    bases = list_segments(directory)
+    first = max(bisect.bisect_right(bases, start) - 1, 0)
+    pieces = []
+    for i in range(first, len(bases)):
+        base = bases[i]
+        if base >= end:
+            break
+        upper = bases[i + 1] if i + 1 < len(bases) else end
+        lo, hi = max(base, start), min(upper, end)
+        if hi <= lo:
+            continue
+        try:
+            size = os.path.getsize(segment_path(directory, base))
+        except FileNotFoundError:
+            size = 0
+        pieces.append(_Piece(lo, hi, size * (hi - lo) / max(upper - base, 1)))
+    return pieces
+
+
+def plan_partitions(
+    directory: str, start: int, end: int, wanted: int | None = None
+) -> list[Partition]:
+    """Offset ranges over groups of whole segments, of about equal bytes (a batch read has
+    many partitions, and whole segments keep each task's reads sequential)."""
+    if end <= start:
+        return [Partition(0, start, start)]
+    pieces = _pieces(directory, start, end)
+    total = sum(p.size for p in pieces)
+    if wanted is None:
+        wanted = max(os.cpu_count() or 2, math.ceil(total / PARTITION_BYTES))
+    count = max(1, min(wanted, len(pieces)))
+    target = total / count
+    bounds = [start]
+    acc = 0.0
+    for piece, following in itertools.pairwise(pieces):
+        acc += piece.size
+        if acc >= target * len(bounds) and len(bounds) < count:
+            bounds.append(following.start)
+    bounds.append(end)
+    return _partitions(bounds)
+
+
+def split_range(directory: str, start: int, end: int, count: int) -> list[Partition]:
+    """``count`` offset ranges of about equal bytes, cut inside segments where the byte
+    share falls. A stream's micro-batch runs as one wave of ``count`` tasks (one per core)
+    and ends with its slowest task, so equal shares matter more than whole segments: a
+    micro-batch of 1M records spans a handful of segments, and cutting only between them
+    left one task 30% more records than the other."""
+    if end <= start:
+        return []
+    pieces = _pieces(directory, start, end)
+    total = sum(p.size for p in pieces)
+    if total <= 0:  # sizes unknown (files vanished): even offsets
+        pieces, total = [_Piece(start, end, float(end - start))], float(end - start)
+    bounds = [start]
+    acc = 0.0
+    for piece in pieces:
+        while len(bounds) < count and acc + piece.size >= total * len(bounds) / count:
+            share = (total * len(bounds) / count - acc) / piece.size if piece.size else 0.0
+            bounds.append(piece.start + round(share * (piece.end - piece.start)))
+        acc += piece.size
+    bounds.append(end)
+    return _partitions(bounds)
+
+
+def _partitions(bounds: list[int]) -> list[Partition]:
+    pairs = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+    return [Partition(i, lo, hi) for i, (lo, hi) in enumerate(pairs)]
+
+
+__all__ = ["PARTITION_BYTES", "Partition", "plan_partitions", "split_range"]
