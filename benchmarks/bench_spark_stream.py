@@ -17,7 +17,9 @@ and materialised (``count()``) *before* any timing, so each timed write scans Sp
 in-memory cache (then Arrow to the Python tasks, the tasks' staging, the driver's commit
 and flush: everything a real write pays except computing its input). ``append_batch``
 gets the same rows as Python ``(key, value)`` lists built before timing. Each side writes
-into a fresh directory (removed untimed before every run).
+into a fresh directory (removed untimed before every run). ``python_writer_floor`` is the
+same write into a Python data source that does nothing with the Arrow batches it receives
+(:func:`null_writer_source`): Spark's share, which no Python writer can go below.
 
 Each figure is the median of ``repeat`` timed runs after one untimed warm-up; the load
 average is recorded at start and end (the machine is shared). Run standalone
@@ -68,6 +70,30 @@ def writer_frame(spark: Any, rows: int, keys: int) -> Any:
     )
 
 
+def null_writer_source() -> Any:
+    """A Python data source whose tasks only iterate the Arrow batches Spark hands them and
+    whose commit does nothing: the floor of any Python (Arrow) data source writer here, the
+    part of the writer's time that is Spark's (job, scan, Arrow to the Python workers).
+    Defined in a function so that Spark's workers get the classes by value."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NullWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _batch in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "compactlog-bench-null"
+
+        def writer(self, schema: Any, overwrite: bool) -> NullWriter:
+            return NullWriter()
+
+    return NullSource
+
+
 WORKLOADS = ("stream", "writer")
 
 
@@ -95,7 +121,9 @@ def run(
     spark = local_session(
         "local[*]",
         app_name="compactlog-bench-stream",
-        config={"spark.ui.showConsoleProgress": "false"},
+        # the writer workload collects its rows to the driver for append_batch (464 MB
+        # of Arrow at 4M rows): more than the default 1 GB heap holds beside the cache
+        config={"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "3g"},
     )
     with tempfile.TemporaryDirectory(prefix="bench-stream-", dir=os.environ.get("BENCH_DIR")) as d:
         if "stream" in workloads:
@@ -161,6 +189,11 @@ def _writer(spark: Any, d: str, writer_records: int, repeat: int, result: dict[s
                 log.append_batch(pairs[start : start + APPEND_BATCH])
             log.flush()
 
+    def null_write() -> None:
+        frame.write.format("compactlog-bench-null").mode("append").save()
+
+    spark.dataSource.register(null_writer_source())
+    n_s, n_times, _ = _median_of(repeat, null_write)
     w_s, w_times, _ = _median_of(repeat, spark_write, before=fresh)
     with compactlog.open(target, read_only=True) as log:
         assert log.end_offset == writer_records
@@ -169,6 +202,11 @@ def _writer(spark: Any, d: str, writer_records: int, repeat: int, result: dict[s
         "seconds": round(w_s, 2),
         "times": w_times,
         "records_per_s": round(writer_records / w_s),
+    }
+    result["python_writer_floor"] = {
+        "seconds": round(n_s, 2),
+        "times": n_times,
+        "records_per_s": round(writer_records / n_s),
     }
     result["append_batch"] = {
         "seconds": round(a_s, 2),
