@@ -198,23 +198,15 @@ def _writer(spark: Any, d: str, writer_records: int, repeat: int, result: dict[s
     with compactlog.open(target, read_only=True) as log:
         assert log.end_offset == writer_records
     a_s, a_times, _ = _median_of(repeat, append_batches, before=fresh)
-    result["writer"] = {
-        "seconds": round(w_s, 2),
-        "times": w_times,
-        "records_per_s": round(writer_records / w_s),
-    }
-    result["python_writer_floor"] = {
-        "seconds": round(n_s, 2),
-        "times": n_times,
-        "records_per_s": round(writer_records / n_s),
-    }
-    result["append_batch"] = {
-        "seconds": round(a_s, 2),
-        "times": a_times,
-        "records_per_s": round(writer_records / a_s),
-    }
+    result["writer"] = _figure(w_s, w_times, writer_records)
+    result["python_writer_floor"] = _figure(n_s, n_times, writer_records)
+    result["append_batch"] = _figure(a_s, a_times, writer_records)
     result["writer_vs_append_batch"] = round(a_s / w_s, 2)
     frame.unpersist()
+
+
+def _figure(seconds: float, times: list[float], records: int) -> dict[str, Any]:
+    return {"seconds": round(seconds, 2), "times": times, "records_per_s": round(records / seconds)}
 
 
 def main(argv: list[str] | None = None) -> int:

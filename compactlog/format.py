@@ -292,11 +292,7 @@ def encode_batch(
         validate_column(values, "value", allow_none=True)
         value_parts = [v for v in values if v is not None]
         value_lengths = _lengths_with_none(values, count)
-    header_lengths = None
-    header_parts: Sequence[bytes] = ()
-    if headers is not None and any(headers):
-        header_parts = [encode_headers(h) if h else b"" for h in headers]
-        header_lengths = np.fromiter(map(len, header_parts), dtype=np.int32, count=count)
+    header_lengths, header_parts = encode_header_column(headers)
     try:
         return encode_columns(
             key_lengths,
@@ -315,6 +311,18 @@ def encode_batch(
         validate_column(keys, "key", allow_none=allow_none_keys)
         validate_column(values, "value", allow_none=True)
         raise
+
+
+def encode_header_column(
+    headers: Sequence[Mapping[str, bytes] | None] | None,
+) -> tuple[np.ndarray | None, list[bytes]]:
+    """The headers column of a batch: per record its encoded block (``b""`` for ``None``
+    or an empty mapping) and their ``int32`` lengths, or ``(None, [])`` when no record
+    has headers (the batch then stores no headers column, flag bit 0 clear)."""
+    if headers is None or not any(headers):
+        return None, []
+    parts = [encode_headers(h) if h else b"" for h in headers]
+    return np.fromiter(map(len, parts), dtype=np.int32, count=len(parts)), parts
 
 
 def encode_columns(

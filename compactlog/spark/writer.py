@@ -39,7 +39,7 @@ from ..format import (
     STAGING_FILE_HEADER,
     EncodedBatch,
     encode_columns,
-    encode_headers,
+    encode_header_column,
     read_staged_batches,
 )
 from ..fsio import DEFAULT_FS
@@ -198,32 +198,22 @@ def encode_table(table: pa.Table, encoding: LogEncoding, now_ms: int) -> Encoded
     absent timestamp is ``now_ms``. Headers are the one column encoded per record
     (``format.encode_headers``)."""
     names = table.schema.names
-    key_lengths, key_parts = binary_column(table.column("key"))
-    value_lengths, value_parts = binary_column(table.column("value"))
     timestamps: int | np.ndarray = now_ms
     if "timestamp" in names:
         stamps = table.column("timestamp")
         if stamps.null_count:
             stamps = pc.fill_null(stamps, now_ms)
         timestamps = stamps.to_numpy()
-    header_lengths = None
-    header_parts: list[bytes] = []
-    if "headers" in names:
-        column = table.column("headers")
-        if column.null_count < len(column):
-            header_parts = [
-                encode_headers({k: _bytes(v) for k, v in h}) if h else b""
-                for h in column.to_pylist()
-            ]
-            if any(header_parts):
-                header_lengths = np.fromiter(map(len, header_parts), np.int32, len(header_parts))
-            else:
-                header_parts = []
+    headers = None
+    if "headers" in names and table.column("headers").null_count < table.num_rows:
+        headers = [
+            None if h is None else {k: _bytes(v) for k, v in h}
+            for h in table.column("headers").to_pylist()
+        ]
+    header_lengths, header_parts = encode_header_column(headers)
     return encode_columns(
-        key_lengths,
-        key_parts,
-        value_lengths,
-        value_parts,
+        *binary_column(table.column("key")),
+        *binary_column(table.column("value")),
         timestamps,
         header_lengths=header_lengths,
         header_parts=header_parts,
