@@ -409,10 +409,11 @@ class Log:
 
         Internal but public: the path of :meth:`append_batch` after encoding, and of
         writers that encode elsewhere and in parallel (the Spark writer's tasks), so
-        appending is stamping each batch's base offset and writing its bytes. Each batch
-        must hold contiguous offsets (``count == last_delta + 1``, as every fresh batch
-        does) and stay within ``segment_bytes`` (``writer.encode_within_segment`` splits);
-        :meth:`check_encoded` is applied first, so a refused batch writes nothing.
+        appending is stamping each batch's base offset and writing its bytes. A batch
+        takes ``last_delta + 1`` offsets (its record count, for every fresh batch); keep
+        each within half a segment (``writer.encode_within_segment``) so segments roll
+        near ``segment_bytes``. :meth:`check_encoded` runs first: a refused batch writes
+        nothing, nor does any other of the call.
         """
         writer = self._writable()
         self.check_encoded(batches)

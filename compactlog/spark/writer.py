@@ -370,7 +370,7 @@ def stage_task(
         for batch in iterator:
             for log, rows in route(normalize(batch)):
                 if log not in staged:
-                    suffix = "" if len(encodings) == 1 else f"-{len(staged)}"
+                    suffix = "" if len(encodings) == 1 else f"-{os.path.basename(log)}"
                     name = f"task-{partition:05d}-{attempt}-{tag}{suffix}{STAGED_SUFFIX}"
                     staged[log] = StagingFile(job_dir, name, log, encodings[log])
                 staged[log].write(rows)
