@@ -606,34 +606,38 @@ def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[En
     pos = FILE_HEADER.size
     batches: list[EncodedBatch] = []
     view = memoryview(buf)
-    for largest, null_keys in extras:
-        header, body_crc, reason = _check_batch_crc(buf, pos, end)
-        if header is None:
-            view.release()
-            raise ValueError(f"at byte {pos}: {reason}")
-        if header.base_offset != 0:
-            view.release()
-            raise ValueError(f"at byte {pos}: staged batch at base offset {header.base_offset}")
-        body = view[pos + BATCH_HEADER.size : pos + header.length]
-        batches.append(
-            EncodedBatch(
-                body,  # type: ignore[arg-type]  # a view is written like bytes
-                body_crc,
-                header.body_length,
-                header.count,
-                header.last_delta,
-                header.first_ts,
-                header.max_ts,
-                header.flags,
-                header.codec,
-                largest,
-                null_keys,
+    try:
+        for largest, null_keys in extras:
+            header, body_crc, reason = _check_batch_crc(buf, pos, end)
+            if header is None:
+                raise ValueError(f"at byte {pos}: {reason}")
+            if header.base_offset != 0:
+                raise ValueError(f"at byte {pos}: staged batch at base offset {header.base_offset}")
+            body = view[pos + BATCH_HEADER.size : pos + header.length]
+            batches.append(
+                EncodedBatch(
+                    body,  # type: ignore[arg-type]  # a view is written like bytes
+                    body_crc,
+                    header.body_length,
+                    header.count,
+                    header.last_delta,
+                    header.first_ts,
+                    header.max_ts,
+                    header.flags,
+                    header.codec,
+                    largest,
+                    null_keys,
+                )
             )
-        )
-        pos += header.length
-    if pos != end:
+            pos += header.length
+        if pos != end:
+            raise ValueError(f"at byte {pos}: {end - pos} bytes after the last staged batch")
+    except ValueError:
+        for batch in batches:  # a view alive would keep a mapped ``buf`` from closing
+            batch.body.release()  # type: ignore[attr-defined]
+        raise
+    finally:
         view.release()
-        raise ValueError(f"at byte {pos}: {end - pos} bytes after the last staged batch")
     return batches
 
 

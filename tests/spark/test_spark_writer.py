@@ -293,7 +293,11 @@ def test_a_damaged_staged_file_is_refused_at_commit_and_nothing_is_appended(tmp_
     with compactlog.open(path) as log:
         log.append(b"a", b"1")
         log.flush()
-    writer, message = stage(path, [key_value_batch(300, 0), key_value_batch(300, 300)])
+    # small segments: the file holds many batches, so a damaged last one is found after
+    # sound ones (whose views of the mapped file must be released for it to close)
+    batches = [key_value_batch(300, 0), key_value_batch(300, 300)]
+    writer, message = stage(path, batches, segment_bytes=4096)
+    assert len(message.batches) > 3
     second = stage(path, [key_value_batch(10, 600)])[1]  # a sound file of another task
     data = bytearray(Path(message.path).read_bytes())
     if damage == "truncate":
