@@ -209,7 +209,7 @@ class EncodedBatch:
     bytes [8, 48), so the body's share is computed here, outside any lock.
     """
 
-    body: bytes
+    body: bytes | memoryview  # a view when read back from a staging file
     body_crc: int
     body_length: int
     count: int
@@ -616,7 +616,7 @@ def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[En
             body = view[pos + BATCH_HEADER.size : pos + header.length]
             batches.append(
                 EncodedBatch(
-                    body,  # type: ignore[arg-type]  # a view is written like bytes
+                    body,
                     body_crc,
                     header.body_length,
                     header.count,
@@ -633,8 +633,10 @@ def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[En
         if pos != end:
             raise ValueError(f"at byte {pos}: {end - pos} bytes after the last staged batch")
     except ValueError:
-        for batch in batches:  # a view alive would keep a mapped ``buf`` from closing
-            batch.body.release()  # type: ignore[attr-defined]
+        for staged in batches:  # a view alive would keep a mapped ``buf`` from closing
+            body = staged.body
+            if isinstance(body, memoryview):
+                body.release()
         raise
     finally:
         view.release()
