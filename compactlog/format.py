@@ -40,6 +40,11 @@ Precommit file ``pre_commit``: file_header (magic "CLOGPRE\\0") then entries::
 
     entry := length u32 | crc u32 (crc32c of [8, length)) | offset i64 | timestamp i64
              | key_length i32 | value_length i32 | header_length i32 | key value headers
+
+Staging file (the Spark writer's tasks stage batches for the driver to append; never part
+of a log)::
+
+    file_header (magic "CLOGSTG\0") batch*    each batch as above, at base_offset 0
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ BATCH_MAGIC = 1
 SEGMENT_MAGIC = b"CLOGSEG\0"
 INDEX_MAGIC = b"CLOGIDX\0"
 PRECOMMIT_MAGIC = b"CLOGPRE\0"
+STAGING_MAGIC = b"CLOGSTG\0"
 
 FILE_HEADER = struct.Struct("<8sHHI")
 BATCH_HEADER = struct.Struct("<IIBBHqIIqqI")
@@ -99,6 +105,7 @@ def file_header(magic: bytes) -> bytes:
 SEGMENT_FILE_HEADER = file_header(SEGMENT_MAGIC)
 INDEX_FILE_HEADER = file_header(INDEX_MAGIC)
 PRECOMMIT_FILE_HEADER = file_header(PRECOMMIT_MAGIC)
+STAGING_FILE_HEADER = file_header(STAGING_MAGIC)
 
 
 def check_file_header(data: bytes, magic: bytes) -> str | None:
@@ -202,7 +209,7 @@ class EncodedBatch:
     bytes [8, 48), so the body's share is computed here, outside any lock.
     """
 
-    body: bytes
+    body: bytes | memoryview  # a view when read back from a staging file
     body_crc: int
     body_length: int
     count: int
@@ -211,7 +218,8 @@ class EncodedBatch:
     max_ts: int
     flags: int
     codec: int
-    largest_record: int = 0
+    largest_record: int = 0  # the largest key + value, for ``max_record_bytes``
+    null_keys: bool = False  # some record has no key (refused on a compacted log)
 
     @property
     def size(self) -> int:
@@ -267,6 +275,83 @@ def encode_batch(
             level,
             allow_none_keys,
         )
+    # keys and values are copied once, straight into the body (no separate blobs); a
+    # non-bytes item that has a len() (a str) fails that join and is reported below
+    key_parts: Sequence[Any] = keys
+    value_parts: Sequence[Any] = values
+    try:
+        key_lengths = _lengths(keys, count)
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        key_parts = [k for k in keys if k is not None]
+        key_lengths = _lengths_with_none(keys, count)
+    try:
+        value_lengths = _lengths(values, count)
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        validate_column(values, "value", allow_none=True)
+        value_parts = [v for v in values if v is not None]
+        value_lengths = _lengths_with_none(values, count)
+    header_lengths, header_parts = encode_header_column(headers)
+    try:
+        return encode_columns(
+            key_lengths,
+            key_parts,
+            value_lengths,
+            value_parts,
+            timestamps,
+            header_lengths=header_lengths,
+            header_parts=header_parts,
+            offset_deltas=offset_deltas,
+            last_delta=last_delta,
+            codec=codec,
+            level=level,
+        )
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        validate_column(values, "value", allow_none=True)
+        raise
+
+
+def encode_header_column(
+    headers: Sequence[Mapping[str, bytes] | None] | None,
+) -> tuple[np.ndarray | None, list[bytes]]:
+    """The headers column of a batch: per record its encoded block (``b""`` for ``None``
+    or an empty mapping) and their ``int32`` lengths, or ``(None, [])`` when no record
+    has headers (the batch then stores no headers column, flag bit 0 clear)."""
+    if headers is None or not any(headers):
+        return None, []
+    parts = [encode_headers(h) if h else b"" for h in headers]
+    return np.fromiter(map(len, parts), dtype=np.int32, count=len(parts)), parts
+
+
+def encode_columns(
+    key_lengths: np.ndarray,
+    key_parts: Sequence[Any],
+    value_lengths: np.ndarray,
+    value_parts: Sequence[Any],
+    timestamps: int | Sequence[int] | np.ndarray,
+    *,
+    header_lengths: np.ndarray | None = None,
+    header_parts: Sequence[Any] = (),
+    offset_deltas: np.ndarray | None = None,
+    last_delta: int | None = None,
+    codec: int = CODEC_NONE,
+    level: int = 3,
+) -> EncodedBatch:
+    """Encode one batch body from its columns: the body grammar's one implementation.
+
+    :func:`encode_batch` calls it with the lengths of Python ``bytes`` and the objects
+    themselves as parts; columnar producers (the Spark writer's tasks, from Arrow's offset
+    and data buffers) call it directly, so no per-record object is made. ``key_lengths`` and
+    ``value_lengths`` are ``int32`` (-1: no key, tombstone); the bytes-like ``*_parts``,
+    joined, are the blobs (so a producer passes its buffers as they are and the body is
+    their one copy). ``header_lengths`` (0: no headers) is given only when some record has
+    headers, ``header_parts`` then being the encoded header blocks (``encode_headers``).
+    The caller checks keys against the log's policy; ``null_keys`` of the result says
+    whether any key is absent.
+    """
+    count = len(key_lengths)
     flags = 0
     columns: list[bytes] = []
     if isinstance(timestamps, int):
@@ -290,45 +375,31 @@ def encode_batch(
             flags |= FLAG_CONTIGUOUS
         else:
             columns.append(deltas.tobytes())
-    # keys and values are copied once, straight into the body (no separate blobs); a
-    # non-bytes item that has a len() (a str) fails that join and is reported below
-    key_parts: Sequence[Any] = keys
-    value_parts: Sequence[Any] = values
-    try:
-        key_lengths = _lengths(keys, count)
-    except TypeError:
-        validate_column(keys, "key", allow_none=allow_none_keys)
-        key_parts = [k for k in keys if k is not None]
-        key_lengths = _lengths_with_none(keys, count)
-    try:
-        value_lengths = _lengths(values, count)
-    except TypeError:
-        validate_column(keys, "key", allow_none=allow_none_keys)
-        validate_column(values, "value", allow_none=True)
-        value_parts = [v for v in values if v is not None]
-        value_lengths = _lengths_with_none(values, count)
     largest = int((np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).max()) if count else 0
-    columns.append(key_lengths.tobytes())
-    columns.append(value_lengths.tobytes())
-    header_blob = b""
-    if headers is not None and any(headers):
+    null_keys = bool(count) and int(key_lengths.min()) < 0
+    columns.append(np.asarray(key_lengths, dtype=np.int32).tobytes())
+    columns.append(np.asarray(value_lengths, dtype=np.int32).tobytes())
+    if header_lengths is not None:
         flags |= FLAG_HEADERS
-        encoded = [encode_headers(h) if h else b"" for h in headers]
-        columns.append(np.fromiter(map(len, encoded), dtype=np.int32, count=count).tobytes())
-        header_blob = b"".join(encoded)
-    try:
-        body = b"".join([*columns, *key_parts, *value_parts, header_blob])
-    except TypeError:
-        validate_column(keys, "key", allow_none=allow_none_keys)
-        validate_column(values, "value", allow_none=True)
-        raise
+        columns.append(np.asarray(header_lengths, dtype=np.int32).tobytes())
+    body = b"".join([*columns, *key_parts, *value_parts, *header_parts])
     body_length = len(body)
     if codec == CODEC_ZSTD:
         body = _zstd_compress(body, level)
     if BATCH_HEADER.size + len(body) > MAX_BATCH_BYTES:
         raise ValueError(f"batch of {len(body)} bytes exceeds the format limit")
     return EncodedBatch(
-        body, crc32c(body), body_length, count, last, first_ts, max_ts, flags, codec, largest
+        body,
+        crc32c(body),
+        body_length,
+        count,
+        last,
+        first_ts,
+        max_ts,
+        flags,
+        codec,
+        largest,
+        null_keys,
     )
 
 
@@ -368,7 +439,17 @@ def _encode_one(
         body = _zstd_compress(body, level)
     largest = max(key_len, 0) + max(value_len, 0)
     return EncodedBatch(
-        body, crc32c(body), body_length, 1, 0, timestamp, timestamp, flags, codec, largest
+        body,
+        crc32c(body),
+        body_length,
+        1,
+        0,
+        timestamp,
+        timestamp,
+        flags,
+        codec,
+        largest,
+        key is None,
     )
 
 
@@ -501,14 +582,74 @@ def read_batch_header(
 
 def check_batch(buf: bytes | memoryview, pos: int, end: int) -> tuple[BatchHeader | None, str]:
     """Header checks plus the CRC: is there a whole, valid batch at ``pos``?"""
+    header, _body_crc, reason = _check_batch_crc(buf, pos, end)
+    return header, reason
+
+
+def _check_batch_crc(buf: Any, pos: int, end: int) -> tuple[BatchHeader | None, int, str]:
+    """:func:`check_batch`, also returning the body's share of the CRC (section 6)."""
     header, reason = read_batch_header(buf, pos, end)
     if header is None:
-        return None, reason
+        return None, 0, reason
+    with memoryview(buf) as view:
+        body_crc = crc32c(view[pos + BATCH_HEADER.size : pos + header.length])
+        if crc32c(view[pos + CRC_START : pos + BATCH_HEADER.size], body_crc) != header.crc:
+            return None, 0, "batch CRC mismatch"
+    return header, body_crc, ""
+
+
+def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[EncodedBatch]:
+    """The batches of a staging file (``buf``: its whole content), each checked as a
+    segment's batch is (:func:`check_batch`, CRC included), as :class:`EncodedBatch`
+    objects ready to append at any base offset (their bodies are views of ``buf``).
+
+    ``extras`` is what the file's producer reported for each batch besides its bytes,
+    ``(largest_record, null_keys)``: the staging file must hold exactly that many batches,
+    each at base offset 0, back to back to its end. Raises ``ValueError`` naming the byte
+    position of the first problem.
+    """
+    reason = check_file_header(bytes(buf[: FILE_HEADER.size]), STAGING_MAGIC)
+    if reason is not None:
+        raise ValueError(f"at byte 0: {reason}")
+    end = len(buf)
+    pos = FILE_HEADER.size
+    batches: list[EncodedBatch] = []
     view = memoryview(buf)
-    body_crc = crc32c(view[pos + BATCH_HEADER.size : pos + header.length])
-    if crc32c(view[pos + CRC_START : pos + BATCH_HEADER.size], body_crc) != header.crc:
-        return None, "batch CRC mismatch"
-    return header, ""
+    try:
+        for largest, null_keys in extras:
+            header, body_crc, reason = _check_batch_crc(buf, pos, end)
+            if header is None:
+                raise ValueError(f"at byte {pos}: {reason}")
+            if header.base_offset != 0:
+                raise ValueError(f"at byte {pos}: staged batch at base offset {header.base_offset}")
+            body = view[pos + BATCH_HEADER.size : pos + header.length]
+            batches.append(
+                EncodedBatch(
+                    body,
+                    body_crc,
+                    header.body_length,
+                    header.count,
+                    header.last_delta,
+                    header.first_ts,
+                    header.max_ts,
+                    header.flags,
+                    header.codec,
+                    largest,
+                    null_keys,
+                )
+            )
+            pos += header.length
+        if pos != end:
+            raise ValueError(f"at byte {pos}: {end - pos} bytes after the last staged batch")
+    except ValueError:
+        for staged in batches:  # a view alive would keep a mapped ``buf`` from closing
+            body = staged.body
+            if isinstance(body, memoryview):
+                body.release()
+        raise
+    finally:
+        view.release()
+    return batches
 
 
 def find_next_valid_batch(buf: bytes | memoryview, start: int, end: int) -> int | None:

@@ -41,7 +41,7 @@ from .head import (
 from .reader import iter_batches
 from .segment import list_segments, segment_path
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
-from .writer import SegmentWriter, split_points
+from .writer import SegmentWriter, encode_within_segment
 
 
 def wall_clock_ms() -> int:
@@ -396,50 +396,77 @@ class Log:
         timestamps: int | Sequence[int],
         headers: Sequence[Mapping[str, bytes] | None] | None,
     ) -> range:
-        writer = self._writable()
+        self._writable()
         config = self.config
         codec = CODECS[config.compression]
         compacted = config.compacted
-        try:
-            batch = encode_batch(
-                keys,
-                values,
-                timestamps,
-                headers=headers,
+
+        def encode(lo: int, hi: int) -> EncodedBatch:
+            whole = lo == 0 and hi == len(keys)
+            return encode_batch(
+                keys if whole else keys[lo:hi],
+                values if whole else values[lo:hi],
+                timestamps if isinstance(timestamps, int) or whole else timestamps[lo:hi],
+                headers=headers if headers is None or whole else headers[lo:hi],
                 codec=codec,
                 level=config.compression_level,
                 allow_none_keys=not compacted,
             )
+
+        def sizes() -> list[int]:
+            return [
+                (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
+                for k, v in zip(keys, values, strict=True)
+            ]
+
+        try:
+            batches = encode_within_segment(encode, len(keys), sizes, config.segment_bytes)
         except TypeError as error:
             if isinstance(error, CompactLogError):
                 raise
             raise InvalidRecordError(f"bad header: {error}") from None
-        if batch.largest_record > config.max_record_bytes:
-            raise RecordTooLargeError(
-                f"a record of {batch.largest_record} bytes exceeds "
-                f"max_record_bytes={config.max_record_bytes}",
-                path=self.directory,
-            )
-        batches: list[EncodedBatch] = [batch]
-        if batch.size > config.segment_bytes // 2 and batch.count > 1:
-            sizes = [
-                (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
-                for k, v in zip(keys, values, strict=True)
-            ]
-            batches = [
-                encode_batch(
-                    keys[lo:hi],
-                    values[lo:hi],
-                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi],
-                    headers=headers[lo:hi] if headers is not None else None,
-                    codec=codec,
-                    level=config.compression_level,
-                    allow_none_keys=not compacted,
+        return self.append_encoded(batches)
+
+    def check_encoded(self, batches: Sequence[EncodedBatch]) -> None:
+        """Refuse batches this log's configuration does not allow: a record larger than
+        ``max_record_bytes``, or a record with no key on a compacted log. Batches encoded
+        by :meth:`append_batch` are checked while encoding; this is for batches encoded
+        elsewhere (the Spark writer's tasks), checked again against the configuration
+        the log has now, when they are appended."""
+        config = self.config
+        for batch in batches:
+            if batch.largest_record > config.max_record_bytes:
+                raise RecordTooLargeError(
+                    f"a record of {batch.largest_record} bytes exceeds "
+                    f"max_record_bytes={config.max_record_bytes}",
+                    path=self.directory,
                 )
-                for lo, hi in split_points(sizes, config.segment_bytes)
-            ]
+            if batch.null_keys and config.compacted:
+                raise InvalidRecordError(
+                    "a record with no key (None) is not allowed on a compacted log "
+                    f"(cleanup_policy={config.cleanup_policy!r}: every record needs a key)",
+                    path=self.directory,
+                )
+
+    def append_encoded(self, batches: Sequence[EncodedBatch]) -> range:
+        """Append batches already encoded (``format.encode_batch``/``encode_columns``)
+        back to back, under one hold of the writers' lock; returns their offsets.
+
+        Internal but public: the path of :meth:`append_batch` after encoding, and of
+        writers that encode elsewhere and in parallel (the Spark writer's tasks), so
+        appending is stamping each batch's base offset and writing its bytes. A batch
+        takes ``last_delta + 1`` offsets (its record count, for every fresh batch); keep
+        each within half a segment (``writer.encode_within_segment``) so segments roll
+        near ``segment_bytes``. :meth:`check_encoded` runs first: a refused batch writes
+        nothing, nor does any other of the call.
+        """
+        writer = self._writable()
+        self.check_encoded(batches)
+        if not batches:
+            end = self.end_offset
+            return range(end, end)
         first, _seq = writer.append_encoded(batches)
-        return range(first, first + len(keys))
+        return range(first, first + sum(b.last_delta + 1 for b in batches))
 
     def flush(self) -> None:
         """Make every append so far visible to readers and durable (all sync policies)."""

@@ -1082,3 +1082,20 @@ def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, in
         total += size
     cuts.append((start, len(sizes)))
     return cuts
+
+
+def encode_within_segment(
+    encode: Callable[[int, int], EncodedBatch],
+    count: int,
+    sizes: Callable[[], Sequence[int]],
+    segment_bytes: int,
+) -> list[EncodedBatch]:
+    """Records ``[0, count)`` as one batch (``encode(lo, hi)`` encodes records
+    ``[lo, hi)``) or, when that batch is more than half a segment, as the batches
+    :func:`split_points` cuts by the records' raw ``sizes()``: so a large append still lets
+    segments roll near ``segment_bytes``. The one rule for :meth:`Log.append_batch` and
+    batches encoded elsewhere (the Spark writer's tasks)."""
+    batch = encode(0, count)
+    if batch.size <= segment_bytes // 2 or batch.count <= 1:
+        return [batch]
+    return [encode(lo, hi) for lo, hi in split_points(sizes(), segment_bytes)]

@@ -18,7 +18,6 @@ different ``N`` is refused (it would send keys to other logs).
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,14 +34,7 @@ from .logdirs import (
     partition_dir,
 )
 from .options import ReadOptions
-from .writer import (
-    STAGED_SUFFIX,
-    CompactLogWriter,
-    StagedFile,
-    StagingFile,
-    normalize,
-    task_identity,
-)
+from .writer import CompactLogWriter, StagedFile, stage_task
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -118,29 +110,14 @@ class PartitionedWriter(CompactLogWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         count = self.options.num_logs or 1
-        partition, attempt = task_identity()
-        tag = uuid.uuid4().hex[:12]
-        staged: dict[int, StagingFile] = {}
-        for batch in iterator:
-            batch = normalize(batch)
+        table = self.options.path
+
+        def route(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
             targets = key_partitions(batch.column(batch.schema.names.index("key")), count)
             for log_index in np.unique(targets).tolist():
-                part = batch.filter(pa.array(targets == log_index))
-                if log_index not in staged:
-                    name = f"task-{partition:05d}-{attempt}-{tag}-log{log_index}{STAGED_SUFFIX}"
-                    staged[log_index] = StagingFile(self.job_dir, name, batch.schema)
-                staged[log_index].write(part)
-        return StagedFiles(
-            tuple(
-                StagedFile(
-                    staged[i].finish(),
-                    staged[i].records,
-                    partition,
-                    partition_dir(self.options.path, i),
-                )
-                for i in sorted(staged)
-            )
-        )
+                yield partition_dir(table, log_index), batch.filter(pa.array(targets == log_index))
+
+        return StagedFiles(tuple(stage_task(self.job_dir, iterator, route, self.encodings)))
 
 
 # -- reading --------------------------------------------------------------------------

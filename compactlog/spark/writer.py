@@ -1,11 +1,13 @@
 """``df.write.format("compactlog").mode("append").save(path)``: a DataFrame into a log.
 
-Tasks never touch the log. Each task writes the Arrow batches Spark hands it into a staging
-file of the job; the driver appends the staged batches in :meth:`CompactLogWriter.commit`,
-so a failed, retried or aborted task, and an aborted job, leave nothing in the log (the
-protocol is on :func:`commit_staged`). The rows travel as Arrow from Spark to the staging
-file and back; the only per-record Python is building the ``(key, value)`` list that
-``Log.append_batch`` takes (the public API: the log encodes and appends it as one batch).
+Tasks never touch the log. Each task encodes the Arrow batches Spark hands it into the
+log's record batches (``format.encode_columns`` straight from Arrow's offset and data
+buffers: no per-record Python object, except for a ``headers`` column) and writes them to a
+staging file of the job; the driver, in :meth:`CompactLogWriter.commit`, checks every staged
+file (CRC) and appends its batches with ``Log.append_encoded``, which only stamps base
+offsets: the encoding, the costly part, runs in parallel on the executors and the driver's
+share is nearly a file copy. A failed, retried or aborted task, and an aborted job, leave
+nothing in the log (the protocol is on :func:`commit_staged`).
 
 Columns: ``key`` and ``value`` (``binary`` or ``string``, a null value is a tombstone),
 optional ``timestamp`` (``timestamp``, or ``bigint`` milliseconds; null means "now") and
@@ -15,8 +17,9 @@ task runs, as is ``mode("overwrite")``: a log is append-only.
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import json
+import mmap
 import os
 import shutil
 import time
@@ -25,18 +28,30 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from ..errors import ConfigError
+from ..errors import CompactLogError, ConfigError, InvalidRecordError, RecordTooLargeError
+from ..format import (
+    CODECS,
+    STAGING_FILE_HEADER,
+    EncodedBatch,
+    encode_columns,
+    encode_header_column,
+    read_staged_batches,
+)
 from ..fsio import DEFAULT_FS
+from ..log import wall_clock_ms
+from ..state_files import read_meta
+from ..writer import encode_within_segment
 
 STAGING_DIR = ".spark-staging"
 COMMIT_FILE = "COMMIT"
-STAGED_SUFFIX = ".arrow"
+STAGED_SUFFIX = ".batches"
 PARTIAL_SUFFIX = ".partial"
-APPEND_RECORDS = 1 << 16  # staged rows appended per append_batch call (one log batch each)
+APPEND_RECORDS = 1 << 16  # rows per staged batch (what the old commit gave append_batch)
 WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
 
 
@@ -111,17 +126,159 @@ def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-# -- staging (tasks) ------------------------------------------------------------------
+# -- encoding and staging (tasks) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogEncoding:
+    """What a task needs of a target log's configuration to encode its batches, read by
+    the driver when the job starts (the commit checks the batches again against the
+    configuration the log has then: :meth:`compactlog.log.Log.check_encoded`)."""
+
+    codec: int
+    level: int
+    cleanup_policy: str
+    max_record_bytes: int
+    segment_bytes: int
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+
+def log_encoding(path: str) -> LogEncoding:
+    """The encoding settings of the log at ``path`` (which must exist)."""
+    config = read_meta(path).config
+    return LogEncoding(
+        CODECS[config.compression],
+        config.compression_level,
+        config.cleanup_policy,
+        config.max_record_bytes,
+        config.segment_bytes,
+    )
+
+
+def binary_column(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """A ``binary`` column as the batch body wants it: ``int32`` lengths (-1 for a null)
+    and the parts whose concatenation is the blob, taken from Arrow's offset and data
+    buffers (views, no per-record object; the body is their one copy)."""
+    lengths: list[np.ndarray] = []
+    parts: list[Any] = []
+    for chunk in column.chunks:
+        chunk_lengths, part = _binary_chunk(chunk)
+        lengths.append(chunk_lengths)
+        parts.append(part)
+    if not lengths:
+        return np.empty(0, dtype=np.int32), []
+    return (lengths[0] if len(lengths) == 1 else np.concatenate(lengths)), parts
+
+
+def _binary_chunk(chunk: pa.Array) -> tuple[np.ndarray, Any]:
+    n = len(chunk)
+    if not n:
+        return np.empty(0, dtype=np.int32), b""
+    if chunk.null_count:
+        # a null slot may still span bytes of the data buffer (Arrow allows it): take the
+        # present values' bytes from the array without its nulls
+        lengths = np.full(n, -1, dtype=np.int32)
+        present, part = _binary_chunk(chunk.drop_null())
+        lengths[chunk.is_valid().to_numpy(zero_copy_only=False)] = present
+        return lengths, part
+    _validity, offsets_buffer, data = chunk.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=4 * chunk.offset)
+    first, last = int(offsets[0]), int(offsets[-1])
+    part = memoryview(data)[first:last] if data is not None and last > first else b""
+    return np.diff(offsets).astype(np.int32, copy=False), part
+
+
+def encode_table(table: pa.Table, encoding: LogEncoding, now_ms: int) -> EncodedBatch:
+    """Rows of a normalized table (``key``, ``value``, optional ``timestamp`` and
+    ``headers``) as one batch, by ``format.encode_columns`` (byte for byte what
+    ``format.encode_batch`` makes of the same rows as Python objects; tested). A null or
+    absent timestamp is ``now_ms``. Headers are the one column encoded per record
+    (``format.encode_headers``)."""
+    names = table.schema.names
+    timestamps: int | np.ndarray = now_ms
+    if "timestamp" in names:
+        stamps = table.column("timestamp")
+        if stamps.null_count:
+            stamps = pc.fill_null(stamps, now_ms)
+        timestamps = stamps.to_numpy()
+    headers = None
+    if "headers" in names and table.column("headers").null_count < table.num_rows:
+        headers = [
+            None if h is None else {k: _bytes(v) for k, v in h}
+            for h in table.column("headers").to_pylist()
+        ]
+    header_lengths, header_parts = encode_header_column(headers)
+    return encode_columns(
+        *binary_column(table.column("key")),
+        *binary_column(table.column("value")),
+        timestamps,
+        header_lengths=header_lengths,
+        header_parts=header_parts,
+        codec=encoding.codec,
+        level=encoding.level,
+    )
+
+
+def _bytes(value: Any) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def encode_rows(table: pa.Table, encoding: LogEncoding, log: str) -> list[EncodedBatch]:
+    """Rows of a normalized table as the batches ``Log.append_batch`` would append for
+    them (one, or several cut by ``writer.encode_within_segment`` so segments still roll
+    near ``segment_bytes``), refusing in the task what the log would refuse: a null key on
+    a compacted log, a negative timestamp, a record over ``max_record_bytes``."""
+    keys = table.column("key")
+    if keys.null_count and encoding.compacted:
+        raise InvalidRecordError(
+            f"{keys.null_count} row(s) with a null key: the log is compacted "
+            f"(cleanup_policy={encoding.cleanup_policy!r}) and every record needs a key; "
+            "filter them out (or write to a log whose cleanup_policy has no 'compact')",
+            path=log,
+        )
+    if "timestamp" in table.schema.names:
+        lowest = pc.min(table.column("timestamp")).as_py()
+        if lowest is not None and lowest < 0:
+            raise InvalidRecordError(
+                f"timestamp {lowest} ms is before 1970: timestamps must be non-negative",
+                path=log,
+            )
+    now = wall_clock_ms()
+
+    def encode(lo: int, hi: int) -> EncodedBatch:
+        part = table if lo == 0 and hi == table.num_rows else table.slice(lo, hi - lo)
+        return encode_table(part, encoding, now)
+
+    def sizes() -> list[int]:
+        key_lengths, _ = binary_column(keys)
+        value_lengths, _ = binary_column(table.column("value"))
+        return (np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).tolist()
+
+    batches = encode_within_segment(encode, table.num_rows, sizes, encoding.segment_bytes)
+    largest = max(b.largest_record for b in batches)
+    if largest > encoding.max_record_bytes:
+        raise RecordTooLargeError(
+            f"a record of {largest} bytes exceeds max_record_bytes={encoding.max_record_bytes}",
+            path=log,
+        )
+    return batches
 
 
 @dataclass(frozen=True, slots=True)
 class StagedFile(WriterCommitMessage):
-    """One task attempt's staged output: ``path`` holds ``records`` rows for log ``log``."""
+    """One task attempt's staged output for log ``log``: ``path`` holds ``records`` rows
+    in ``size`` bytes; ``batches`` is, per staged batch, what its bytes do not say and the
+    commit checks against the log (``(largest_record, null_keys)``)."""
 
     path: str
     records: int
     task: int
     log: str  # the log's directory (a partitioned write stages one file per log)
+    size: int = 0
+    batches: tuple[tuple[int, bool], ...] = ()
 
 
 def task_identity() -> tuple[int, int]:
@@ -138,148 +295,207 @@ def task_identity() -> tuple[int, int]:
 
 
 class StagingFile:
-    """An Arrow IPC stream being written as ``<name>.partial``; :meth:`finish` closes it and
-    renames it to ``<name>`` (so a complete name is always a complete file)."""
+    """One task attempt's rows for one log, encoded into batches (up to
+    :data:`APPEND_RECORDS` rows each, as the log would append them) and written to
+    ``<name>.partial`` as they fill; :meth:`finish` closes it and renames it to ``<name>``
+    (so a complete name is always a complete file). Layout: ``docs/format.md`` (staging
+    file): a file header, then each batch exactly as a segment stores it, at base offset 0
+    (the commit stamps the real one)."""
 
-    def __init__(self, job_dir: str, name: str, schema: pa.Schema) -> None:
+    def __init__(self, job_dir: str, name: str, log: str, encoding: LogEncoding) -> None:
         if not os.path.isdir(job_dir):
             # abort removed the job (or it never existed): write nothing rather than
             # re-create a directory no one will clean
             raise ConfigError(f"staging directory {job_dir} is gone: the write job was aborted")
         self.path = os.path.join(job_dir, name)
-        self.sink = pa.OSFile(self.path + PARTIAL_SUFFIX, "wb")
-        self.writer = pa.ipc.new_stream(self.sink, schema)
+        self.log = log
+        self.encoding = encoding
+        self.file = open(self.path + PARTIAL_SUFFIX, "wb")  # noqa: SIM115 (closed by finish)
+        self.file.write(STAGING_FILE_HEADER)
+        self.size = len(STAGING_FILE_HEADER)
         self.records = 0
+        self.extras: list[tuple[int, bool]] = []
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
-        self.records += batch.num_rows
+        if not batch.num_rows:
+            return
+        if self.pending and batch.schema != self.pending[0].schema:
+            self._encode_pending()
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        if self.pending_rows >= APPEND_RECORDS:
+            self._encode_pending()
 
-    def finish(self) -> str:
-        """Close and rename. No fsync: the driver's commit reads the file back and the
-        log's flush is what makes the records durable; a machine that crashes before the
-        commit fails the job, and a staged file is never appended without a commit."""
-        self.writer.close()
-        self.sink.close()
+    def _encode_pending(self) -> None:
+        table = pa.Table.from_batches(self.pending)
+        self.pending, self.pending_rows = [], 0
+        for encoded in encode_rows(table, self.encoding, self.log):
+            self.file.write(encoded.header(0))
+            self.file.write(encoded.body)
+            self.size += encoded.size
+            self.records += encoded.count
+            self.extras.append((encoded.largest_record, encoded.null_keys))
+
+    def finish(self, task: int) -> StagedFile:
+        """Encode what is pending, close and rename. No fsync: the driver's commit reads
+        the file back (checking every batch's CRC) and the log's flush is what makes the
+        records durable; a machine that crashes before the commit fails the job, and a
+        staged file is never appended without a commit."""
+        if self.pending:
+            self._encode_pending()
+        self.file.close()
         os.rename(self.path + PARTIAL_SUFFIX, self.path)
-        return self.path
+        return StagedFile(self.path, self.records, task, self.log, self.size, tuple(self.extras))
+
+    def close(self) -> None:
+        """Close without finishing (the task failed: the ``.partial`` file stays for
+        ``abort`` to remove with the job directory)."""
+        self.file.close()
 
 
-def read_staged(path: str) -> Iterator[pa.RecordBatch]:
-    with pa.OSFile(path, "rb") as source:
-        yield from pa.ipc.open_stream(source)
+def stage_task(
+    job_dir: str,
+    iterator: Iterator[pa.RecordBatch],
+    route: Any,
+    encodings: Mapping[str, LogEncoding],
+) -> list[StagedFile]:
+    """A task's rows, normalized, split by ``route(batch) -> [(log, rows)]`` and staged
+    into one :class:`StagingFile` per target log; returns their commit messages."""
+    partition, attempt = task_identity()
+    tag = uuid.uuid4().hex[:12]
+    staged: dict[str, StagingFile] = {}
+    try:
+        for batch in iterator:
+            for log, rows in route(normalize(batch)):
+                if log not in staged:
+                    suffix = "" if len(encodings) == 1 else f"-{os.path.basename(log)}"
+                    name = f"task-{partition:05d}-{attempt}-{tag}{suffix}{STAGED_SUFFIX}"
+                    staged[log] = StagingFile(job_dir, name, log, encodings[log])
+                staged[log].write(rows)
+        return [staged[log].finish(partition) for log in sorted(staged)]
+    except BaseException:
+        for file in staged.values():
+            file.close()
+        raise
 
 
 # -- appending (driver) ---------------------------------------------------------------
 
 
-def append_arrow(log: Any, batch: pa.RecordBatch) -> range:
-    """Append one normalized Arrow batch with ``Log.append_batch`` (one log batch)."""
-    names = batch.schema.names
-    keys = batch.column(names.index("key")).to_pylist()
-    values = batch.column(names.index("value")).to_pylist()
-    kwargs: dict[str, Any] = {}
-    if "timestamp" in names:
-        stamps = batch.column(names.index("timestamp"))
-        if stamps.null_count:
-            stamps = pc.fill_null(stamps, log.clock())
-        kwargs["timestamps_ms"] = stamps.to_pylist()
-    if "headers" in names:
-        column = batch.column(names.index("headers"))
-        if column.null_count < len(column):
-            kwargs["headers"] = [
-                None if h is None else {k: _bytes(v) for k, v in h} for h in column.to_pylist()
-            ]
-    return log.append_batch(list(zip(keys, values, strict=True)), **kwargs)
+class StagedFileError(CompactLogError):
+    """A staged file that does not hold what its task reported (damaged or truncated):
+    the commit refuses the job before appending anything."""
 
 
-def _bytes(value: Any) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else value
+class CheckedStaging:
+    """A staged file mapped into memory and checked (size, file header, every batch's
+    CRC, the batches and records its task reported), its batches ready to append."""
+
+    def __init__(self, message: StagedFile) -> None:
+        self.map: mmap.mmap | None = None
+        self.batches: list[EncodedBatch] = []
+        try:
+            with open(message.path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                if size != message.size:
+                    raise ValueError(f"{size} bytes, its task wrote {message.size}")
+                self.map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.batches = read_staged_batches(self.map, message.batches)
+            records = sum(b.count for b in self.batches)
+            if records != message.records:
+                raise ValueError(f"{records} records, its task wrote {message.records}")
+        except (OSError, ValueError) as error:
+            self.close()
+            raise StagedFileError(
+                f"staged file is damaged ({error}): the write job is refused and nothing "
+                "of it was appended",
+                path=message.path,
+            ) from None
+
+    def close(self) -> None:
+        for batch in self.batches:
+            if isinstance(batch.body, memoryview):
+                batch.body.release()  # the map cannot close while a view of it is alive
+        self.batches = []
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+
+    def __enter__(self) -> CheckedStaging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _coalesced(paths: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """The staged batches of ``paths`` in order, merged up to :data:`APPEND_RECORDS` rows."""
-    pending: list[pa.RecordBatch] = []
-    rows = 0
-    for path in paths:
-        for batch in read_staged(path):
-            if pending and batch.schema != pending[0].schema:
-                yield from _merge(pending)
-                pending, rows = [], 0
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= APPEND_RECORDS:
-                yield from _merge(pending)
-                pending, rows = [], 0
-    if pending:
-        yield from _merge(pending)
-
-
-def _merge(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if len(batches) == 1:
-        yield batches[0]
-        return
-    yield from pa.Table.from_batches(batches).combine_chunks().to_batches()
-
-
-def commit_staged(job_dir: str, files: dict[str, list[str]]) -> dict[str, range]:
+def commit_staged(job_dir: str, files: Mapping[str, Sequence[StagedFile]]) -> dict[str, range]:
     """Append every staged file to its log, in order; returns each log's offsets.
 
-    ``files`` maps a log directory to the staged files of its records (in task order).
+    ``files`` maps a log directory to the commit messages of the staged files of its
+    records (in task order).
 
-    Crash protocol (tasks stage, the driver commits; ``<job>`` is
-    ``<stagingDir>/<job id>``, created by the driver before any task runs):
+    Crash protocol (tasks encode and stage, the driver checks and appends; ``<job>`` is
+    ``<stagingDir>/<job id>``, created by the driver before any task runs, which also
+    reads each target log's configuration for the tasks: :class:`LogEncoding`):
 
-    1. Each task attempt writes ``<job>/task-<partition>-<attempt>-<uuid>.arrow.partial``,
-       closes it and renames it to ``.arrow`` (no fsync: only this job's commit reads it,
-       and the log's flush in step 3 is what makes records durable); it returns the name
-       in its commit message.
-       A task that dies or fails leaves a ``.partial`` or an ``.arrow`` file that no commit
-       message names; a retried task writes a new file under a new name. Nothing is in the
-       log. If the job then fails, :meth:`CompactLogWriter.abort` removes ``<job>``.
-    2. The driver, once every task succeeded, writes ``<job>/COMMIT`` (JSON: the files
-       named by the commit messages, per log, and each log's end offset now), fsynced.
-       Only files named there are ever appended, so a failed attempt's output never is.
-    3. The driver appends the files' batches, in order, with ``Log.append_batch`` (whole
-       batches) and flushes each log (durable). If the driver dies here a prefix of the
-       job's records, in whole batches and in order, is in the log; ``<job>/COMMIT`` stays
-       and names the offset the job started at in each log, so an operator can see exactly
-       what was appended (offsets from there) and what was not.
-    4. The driver removes ``<job>``. Dying before this leaves only the staging directory
+    1. Each task attempt encodes its rows into record batches (``format.encode_columns``
+       from the Arrow buffers; zstd if the log compresses; a null key on a compacted log,
+       a negative timestamp or a record over ``max_record_bytes`` fails the task), writes
+       them at base offset 0 into ``<job>/task-<partition>-<attempt>-<uuid>.batches
+       .partial``, closes it and renames it to ``.batches`` (no fsync: only this job's
+       commit reads it, and the log's flush in step 4 is what makes records durable); its
+       commit message names the file, its size and, per batch, its largest record and
+       whether it has null keys. A task that dies or fails leaves a ``.partial`` or a
+       ``.batches`` file that no commit message names; a retried task writes a new file
+       under a new name. Nothing is in the log. If the job then fails,
+       :meth:`CompactLogWriter.abort` removes ``<job>``.
+    2. The driver, once every task succeeded, maps every named file and checks it before
+       appending anything: its size, its header, each batch's CRC and base offset, the
+       batch and record counts its task reported, and each batch against the log's
+       configuration now (``Log.check_encoded``). A damaged file fails the commit with
+       :class:`StagedFileError` and the log unchanged (Spark then calls ``abort``).
+    3. It writes ``<job>/COMMIT`` (JSON: the files named by the commit messages, per log,
+       and each log's end offset now), fsynced. Only files named there are ever appended,
+       so a failed attempt's output never is.
+    4. It appends the files' batches, in order, with ``Log.append_encoded`` (the writer
+       stamps each batch's base offset into its 40 checksummed header bytes and writes the
+       staged body as it is: nearly a file copy) and flushes each log (durable). If the
+       driver dies here a prefix of the job's records, in whole batches and in order, is in
+       the log; ``<job>/COMMIT`` stays and names the offset the job started at in each
+       log, so an operator can see exactly what was appended (offsets from there) and
+       what was not.
+    5. The driver removes ``<job>``. Dying before this leaves only the staging directory
        (``COMMIT`` present: the job committed); it is safe to delete.
     """
     from ..log import open_log
 
-    logs = {path: open_log(path) for path in files}
-    try:
+    with contextlib.ExitStack() as stack:
+        logs = {path: stack.enter_context(open_log(path)) for path in files}
+        checked = {  # step 2
+            path: [stack.enter_context(CheckedStaging(m)) for m in messages]
+            for path, messages in files.items()
+        }
+        for path, log in logs.items():
+            for staging in checked[path]:
+                log.check_encoded(staging.batches)
         manifest = {
-            "files": files,
+            "files": {path: [m.path for m in messages] for path, messages in files.items()},
             "start_offsets": {path: log.end_offset for path, log in logs.items()},
             "time_ns": time.time_ns(),
         }
-        _write_json(os.path.join(job_dir, COMMIT_FILE), manifest)  # step 2
+        _write_json(os.path.join(job_dir, COMMIT_FILE), manifest)  # step 3
         appended: dict[str, range] = {}
-        collecting = gc.isenabled()
-        gc.disable()  # the (key, value) tuples would wake the collector (~30% of the time)
-        try:
-            for path, log in logs.items():  # step 3
-                first = last = None
-                for batch in _coalesced(files[path]):
-                    if not batch.num_rows:
-                        continue
-                    offsets = append_arrow(log, batch)
-                    first = offsets.start if first is None else first
-                    last = offsets.stop
-                log.flush()
-                end = log.end_offset
-                appended[path] = range(end, end) if first is None else range(first, last or first)
-        finally:
-            if collecting:
-                gc.enable()
-    finally:
-        for log in logs.values():
-            log.close()
-    shutil.rmtree(job_dir, ignore_errors=True)  # step 4
+        for path, log in logs.items():  # step 4
+            first = last = log.end_offset
+            for number, batch in enumerate(b for c in checked[path] for b in c.batches):
+                offsets = log.append_encoded([batch])
+                first = offsets.start if number == 0 else first
+                last = offsets.stop
+            log.flush()
+            appended[path] = range(first, last)
+    shutil.rmtree(job_dir, ignore_errors=True)  # step 5
     return appended
 
 
@@ -305,24 +521,19 @@ def start_job(staging_dir: str) -> str:
 
 
 class CompactLogWriter(DataSourceArrowWriter):
-    """Tasks stage Arrow batches; the driver appends them (:func:`commit_staged`)."""
+    """Tasks encode and stage batches; the driver appends them (:func:`commit_staged`)."""
 
-    def __init__(self, options: WriteOptions, job_dir: str) -> None:
+    def __init__(
+        self, options: WriteOptions, job_dir: str, encodings: Mapping[str, LogEncoding]
+    ) -> None:
         self.options = options
         self.job_dir = job_dir
+        self.encodings = dict(encodings)  # per target log, read by the driver
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        partition, attempt = task_identity()
-        staged: StagingFile | None = None
-        name = f"task-{partition:05d}-{attempt}-{uuid.uuid4().hex[:12]}{STAGED_SUFFIX}"
-        for batch in iterator:
-            batch = normalize(batch)
-            if staged is None:
-                staged = StagingFile(self.job_dir, name, batch.schema)
-            staged.write(batch)
-        if staged is None:
-            return StagedFile("", 0, partition, self.options.path)
-        return StagedFile(staged.finish(), staged.records, partition, self.options.path)
+        log = self.options.path
+        files = stage_task(self.job_dir, iterator, lambda b: [(log, b)], self.encodings)
+        return files[0] if files else StagedFile("", 0, task_identity()[0], log)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         commit_staged(self.job_dir, staged_files(messages))
@@ -332,7 +543,7 @@ class CompactLogWriter(DataSourceArrowWriter):
         shutil.rmtree(self.job_dir, ignore_errors=True)
 
 
-def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, list[str]]:
+def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, list[StagedFile]]:
     """Per log, the staged files the successful tasks named, in task order."""
     flat: list[StagedFile] = []
     for message in messages:
@@ -341,9 +552,9 @@ def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, li
         elif message is not None and hasattr(message, "files"):  # partitioned.StagedFiles
             flat.extend(message.files)
     staged = sorted((m for m in flat if m.path), key=lambda m: (m.log, m.task, m.path))
-    files: dict[str, list[str]] = {}
+    files: dict[str, list[StagedFile]] = {}
     for message in staged:
-        files.setdefault(message.log, []).append(message.path)
+        files.setdefault(message.log, []).append(message)
     return files
 
 
@@ -362,20 +573,25 @@ def make_writer(raw_options: Mapping[str, str], schema: Any, overwrite: bool) ->
     if options.num_logs is not None:
         from .partitioned import PartitionedWriter, prepare_partitioned
 
-        prepare_partitioned(options.path, options.num_logs)
-        return PartitionedWriter(options, start_job(options.staging_dir))
+        logs = prepare_partitioned(options.path, options.num_logs)
+        encodings = {log: log_encoding(log) for log in logs}
+        return PartitionedWriter(options, start_job(options.staging_dir), encodings)
     ensure_log(options.path)
-    return CompactLogWriter(options, start_job(options.staging_dir))
+    encodings = {options.path: log_encoding(options.path)}
+    return CompactLogWriter(options, start_job(options.staging_dir), encodings)
 
 
 __all__ = [
     "CompactLogWriter",
+    "LogEncoding",
     "StagedFile",
+    "StagedFileError",
     "WriteOptions",
     "WriteRefusedByModeError",
-    "append_arrow",
     "check_write_schema",
     "commit_staged",
+    "encode_rows",
+    "encode_table",
     "make_writer",
     "parse_write_options",
 ]
