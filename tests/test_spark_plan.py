@@ -195,6 +195,20 @@ def test_a_live_log_is_read_through_an_implicit_snapshot_reused_while_unchanged(
         log.append(b"b", b"2")
     second = resolve_snapshot(options)
     assert second[0] != first[0] and second[1] == 2
+    # a cleaning pass keeps the end offset but moves the cleaner point: a new snapshot
+    # (the old one holds every superseded record, and its segments on disk)
+    with compactlog.open(path, min_compaction_lag_ms=0, segment_bytes=1024) as log:
+        for i in range(60):
+            log.append(b"k%d" % (i % 3), b"v" * 40)
+        log.flush()
+    before_pass = resolve_snapshot(options)
+    assert resolve_snapshot(options) == before_pass
+    with compactlog.open(path) as log:
+        assert log.compact(force=True).records_removed > 0  # the pass must happen
+    after_pass = resolve_snapshot(options)
+    assert after_pass[1] == before_pass[1] and after_pass[2] > before_pass[2]
+    assert after_pass[0] != before_pass[0]
+    assert resolve_snapshot(options) == after_pass
     # snapshots past their retention are removed at the next planning
     far_future = (1 << 62) - 1
     resolve_snapshot(options, now_ns=far_future)

@@ -94,7 +94,8 @@ def resolve_snapshot(options: ReadOptions, now_ns: int | None = None) -> tuple[s
         os.makedirs(root, exist_ok=True)
         now = time.time_ns() if now_ns is None else now_ns
         _prune(root, now, options.snapshot_retention_minutes)
-        reusable = _reusable(root, path, end)
+        point = min(read_cleaner_state(path).first_dirty_offset, end)
+        reusable = _reusable(root, path, end, point, log.start_offset)
         if reusable is not None:
             return reusable
         dest = os.path.join(root, f"{IMPLICIT_PREFIX}{end:020d}-{now}-{os.getpid()}")
@@ -104,7 +105,13 @@ def resolve_snapshot(options: ReadOptions, now_ns: int | None = None) -> tuple[s
         log.close()
 
 
-def _reusable(root: str, source: str, end: int) -> tuple[str, int, int] | None:
+def _reusable(
+    root: str, source: str, end: int, cleaner_point: int, start: int
+) -> tuple[str, int, int] | None:
+    """An implicit snapshot of the log's state now: the same end offset, and the same
+    cleaner point and log start, so that neither a cleaning pass (a snapshot from before it
+    holds every superseded record: the same state, read many times slower, its segments
+    kept on disk) nor retention (records the log no longer has) happened since."""
     for name in sorted(os.listdir(root), reverse=True):
         if not name.startswith(f"{IMPLICIT_PREFIX}{end:020d}-") or name.endswith(".partial"):
             continue
@@ -113,7 +120,12 @@ def _reusable(root: str, source: str, end: int) -> tuple[str, int, int] | None:
             manifest = read_manifest(directory)
         except Exception:
             continue
-        if manifest.source == source and manifest.end_offset == end:
+        if (
+            manifest.source == source
+            and manifest.end_offset == end
+            and manifest.cleaner_point == cleaner_point
+            and manifest.start_offset == start
+        ):
             return directory, manifest.end_offset, manifest.cleaner_point
     return None
 
