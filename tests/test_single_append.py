@@ -535,7 +535,8 @@ def test_the_plain_path_refuses_bad_input_and_writes_nothing(log_dir, exclusive)
         assert log.end_offset == 2
     with pytest.raises(compactlog.LogClosedError):
         log.append(b"k", b"v")
-    assert [r.offset for r in compactlog.open(log_dir, read_only=True).read()] == [0, 1]
+    with compactlog.open(log_dir, read_only=True) as reader:
+        assert [r.offset for r in reader.read()] == [0, 1]
 
 
 def test_the_plain_path_follows_config_changes(log_dir):
