@@ -429,19 +429,20 @@ def test_a_waiting_subscriber_is_woken_by_inotify_not_by_its_safety_timer(log_di
     without one) and the poll returns long before its 50 ms safety re-check."""
     writer_code = textwrap.dedent(
         f"""
-        import sys, time, compactlog
+        import os, sys, time, compactlog
         from compactlog.head import DOORBELL
         log = compactlog.open(sys.argv[1], exclusive={exclusive})
-        with open(sys.argv[1] + "/.lock", "rb") as lock:
-            for i in range(5):
-                deadline = time.monotonic() + 10
-                while not lock.read(DOORBELL + 1)[DOORBELL]:  # wait for a sleeper
-                    lock.seek(0)
-                    time.sleep(0.001)
-                    assert time.monotonic() < deadline
-                lock.seek(0)
-                time.sleep(0.02)  # the subscriber is in select() by now
-                log.append(b"k%d" % i, b"v")
+        # pread, not a buffered file: seek(0) inside a BufferedReader's buffer re-reads
+        # nothing, so a doorbell set after the first read was never seen (a flaky test)
+        lock = os.open(sys.argv[1] + "/.lock", os.O_RDONLY)
+        for i in range(5):
+            deadline = time.monotonic() + 10
+            while not os.pread(lock, 1, DOORBELL)[0]:  # wait for a sleeper
+                time.sleep(0.001)
+                assert time.monotonic() < deadline
+            time.sleep(0.02)  # the subscriber is in select() by now
+            log.append(b"k%d" % i, b"v")
+        os.close(lock)
         log.close()
         """
     )
