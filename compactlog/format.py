@@ -404,7 +404,7 @@ def encode_columns(
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-_TWO_LENGTHS = struct.Struct("<ii")
+TWO_LENGTHS = struct.Struct("<ii")
 _THREE_LENGTHS = struct.Struct("<iii")
 
 
@@ -432,7 +432,7 @@ def _encode_one(
         lengths = _THREE_LENGTHS.pack(key_len, value_len, len(header_blob))
     else:
         header_blob = b""
-        lengths = _TWO_LENGTHS.pack(key_len, value_len)
+        lengths = TWO_LENGTHS.pack(key_len, value_len)
     body = b"".join((lengths, key or b"", value or b"", header_blob))
     body_length = len(body)
     if codec == CODEC_ZSTD:
@@ -453,10 +453,10 @@ def _encode_one(
     )
 
 
-_LENGTH_CRC = struct.Struct("<II")  # batch header bytes [0, 8)
-_HEADER_TAIL = struct.Struct("<BBHqIIqqI")  # batch header bytes [8, 48), the CRC covers them
-_SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
-assert _LENGTH_CRC.size + _HEADER_TAIL.size == BATCH_HEADER.size
+LENGTH_CRC = struct.Struct("<II")  # batch header bytes [0, 8)
+HEADER_TAIL = struct.Struct("<BBHqIIqqI")  # batch header bytes [8, 48), the CRC covers them
+SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+assert LENGTH_CRC.size + HEADER_TAIL.size == BATCH_HEADER.size
 
 
 def encode_single(
@@ -480,11 +480,11 @@ def encode_single(
         key_length = len(key)
         value_length = len(value)
         lengths = key_length + value_length
-        body = _TWO_LENGTHS.pack(key_length, value_length) + key + value
-        tail = _HEADER_TAIL.pack(
+        body = TWO_LENGTHS.pack(key_length, value_length) + key + value
+        tail = HEADER_TAIL.pack(
             BATCH_MAGIC,
             CODEC_NONE,
-            _SINGLE_FLAGS,
+            SINGLE_FLAGS,
             base_offset,
             1,
             0,
@@ -494,21 +494,21 @@ def encode_single(
         )
         # (a large record is not copied once more for it: two calls instead)
         crc = crc32c(body + tail) if lengths < 4096 else crc32c(tail, crc32c(body))
-        return b"".join((_LENGTH_CRC.pack(lengths + 56, crc), tail, body))
+        return b"".join((LENGTH_CRC.pack(lengths + 56, crc), tail, body))
     key_length = -1 if key is None else len(key)
     value_length = -1 if value is None else len(value)
     if headers:
         lengths_block = _THREE_LENGTHS.pack(key_length, value_length, len(headers))
-        flags = _SINGLE_FLAGS | FLAG_HEADERS
+        flags = SINGLE_FLAGS | FLAG_HEADERS
     else:
-        lengths_block = _TWO_LENGTHS.pack(key_length, value_length)
-        flags = _SINGLE_FLAGS
+        lengths_block = TWO_LENGTHS.pack(key_length, value_length)
+        flags = SINGLE_FLAGS
     body = b"".join((lengths_block, key or b"", value or b"", headers))
     length = len(body)
-    tail = _HEADER_TAIL.pack(
+    tail = HEADER_TAIL.pack(
         BATCH_MAGIC, CODEC_NONE, flags, base_offset, 1, 0, timestamp, timestamp, length
     )
-    return b"".join((_LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
+    return b"".join((LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
 
 
 def validate_column(items: Sequence[Any], what: str, *, allow_none: bool) -> None:
@@ -910,7 +910,7 @@ def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
     if not flags & FLAG_CONTIGUOUS:
         (delta,) = _U32.unpack_from(body, cursor)
         cursor += 4
-    key_length, value_length = _TWO_LENGTHS.unpack_from(body, cursor)
+    key_length, value_length = TWO_LENGTHS.unpack_from(body, cursor)
     cursor += 8
     header_length = -1
     if flags & FLAG_HEADERS:

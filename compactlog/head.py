@@ -122,11 +122,11 @@ def encode_published(flags: int, active_base: int, end_offset: int, active_size:
     return fields + _HEAD_CRC_MARK.pack(crc32c(fields), 0)
 
 
-_HEAD_CRC = struct.Struct("<I")
-_CRC_AT = HEAD.size - 4  # the head's CRC covers bytes [0, 32) and is stored at 32
-_END_SIZE = struct.Struct("<qq")  # end_offset and active_size, bytes [16, 32) of the head
-_END_SIZE_AT = 16
-assert _HEAD_FIELDS.size == _CRC_AT == _END_SIZE_AT + _END_SIZE.size
+HEAD_CRC = struct.Struct("<I")
+CRC_AT = HEAD.size - 4  # the head's CRC covers bytes [0, 32) and is stored at 32
+END_SIZE = struct.Struct("<qq")  # end_offset and active_size, bytes [16, 32) of the head
+END_SIZE_AT = 16
+assert _HEAD_FIELDS.size == CRC_AT == END_SIZE_AT + END_SIZE.size
 
 
 def publish_into(
@@ -141,7 +141,7 @@ def publish_into(
     :data:`PUBLISHED_SIZE` long, byte 36 left 0; ``fields`` is ``memoryview(buffer)[:32]``,
     made once), allocating nothing."""
     _HEAD_FIELDS.pack_into(buffer, 0, HEAD_MAGIC, flags, active_base, end_offset, active_size)
-    _HEAD_CRC.pack_into(buffer, _CRC_AT, crc32c(fields))
+    HEAD_CRC.pack_into(buffer, CRC_AT, crc32c(fields))
 
 
 def publish_end_into(
@@ -151,8 +151,8 @@ def publish_end_into(
     flags and active segment): only the end offset, the size and the CRC are packed. The
     per-append form: an append moves only those two fields, and every roll, refresh or
     flag change publishes the whole head first (``SegmentWriter._publish_head``)."""
-    _END_SIZE.pack_into(buffer, _END_SIZE_AT, end_offset, active_size)
-    _HEAD_CRC.pack_into(buffer, _CRC_AT, crc32c(fields))
+    END_SIZE.pack_into(buffer, END_SIZE_AT, end_offset, active_size)
+    HEAD_CRC.pack_into(buffer, CRC_AT, crc32c(fields))
 
 
 class SharedBytes:

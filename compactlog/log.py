@@ -7,6 +7,7 @@ This module composes the pieces; it owns no file format. Appends go through
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -40,6 +41,7 @@ from .head import (
 )
 from .reader import iter_batches
 from .segment import list_segments, segment_path
+from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
 
@@ -85,10 +87,6 @@ class Log:
         self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
-        # what append() hands a plain record to, and the size limit it checks first; set
-        # with meta (see _choose_append_path), None while there is no such path
-        self._plain_append: Callable[[bytes, bytes, int, bytes], int] | None = None
-        self._plain_limit = 0
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -200,23 +198,33 @@ class Log:
         self._choose_append_path()  # the config may have changed what append() may skip
 
     def _choose_append_path(self) -> None:
-        """Decide, once per config rather than once per record, whether :meth:`append` may
-        hand a plain record (bytes key and value, wall clock, no headers) straight to the
-        writer: only when nothing between the two would touch it, i.e. a writer with no
-        buffer (``SegmentWriter.plain_single``), no compression and the default clock."""
+        """Install, once per config rather than once per record, this log's own ``append``
+        for plain records (``single.build_plain_append``: bytes key and value, no headers,
+        the wall clock, one frame from the call to the ``pwrite``) where nothing between the
+        two would touch the record: a writer with no buffer (``SegmentWriter.plain_single``)
+        on the plain file system, no compression and the default clock. Otherwise, and once
+        closed, ``append`` is :meth:`Log.append` itself."""
         config = self._meta.config
         writer = self.writer
-        self._plain_limit = config.max_record_bytes
         if (
             writer is not None
             and writer.plain_single
+            and writer.plain_fs
             and config.compression == "none"
             and self._wall_clock
             and not self._closed
         ):
-            self._plain_append = writer.append_record
+            general = Log.append.__get__(self)
+            plain = build_plain_append(writer, config.max_record_bytes, general)
+            self.__dict__["append"] = functools.update_wrapper(plain, general)
         else:
-            self._plain_append = None
+            self.__dict__.pop("append", None)
+
+    @property
+    def plain_append_installed(self) -> bool:
+        """Whether plain records take the one-frame path (``single.py``); for tests and
+        benchmarks that must know which path they measure."""
+        return "append" in self.__dict__
 
     @property
     def config(self) -> LogConfig:
@@ -292,20 +300,8 @@ class Log:
         crash-safe precommit buffer, with ``linger_ms`` in memory (lost if the process is
         killed), until the next flush; see the user guide.
         """
-        # The per-record path: each line here is paid once per append, so the common case
-        # (bytes key and value within the size limit, wall clock, no headers, no buffer, no
-        # compression) is one test and a call of the writer's prebound append_record, chosen
-        # with the config (_choose_append_path); the writer refuses a closed log itself.
-        plain = self._plain_append
-        if (
-            plain is not None
-            and type(key) is bytes
-            and type(value) is bytes
-            and timestamp_ms is None
-            and headers is None
-            and len(key) + len(value) <= self._plain_limit
-        ):
-            return plain(key, value, time_ns() // 1_000_000, b"")  # wall_clock_ms, inlined
+        # The general path: a plain record usually never gets here, as the open log's own
+        # ``append`` (``single.py``, installed by _choose_append_path) writes it.
         writer = self.writer
         if writer is None or self._closed:
             writer = self._writable()
@@ -610,7 +606,7 @@ class Log:
         released; using one afterwards raises :class:`LogClosedError`), then the writer."""
         if self._closed:
             return
-        self._plain_append = None
+        self.__dict__.pop("append", None)  # (the plain path: see _choose_append_path)
         try:
             for subscriber in list(self._subscribers):
                 subscriber.close()
@@ -618,7 +614,7 @@ class Log:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
-            self._plain_append = None  # (again: a thread may have reloaded meta meanwhile)
+            self.__dict__.pop("append", None)  # (again: a thread may have reloaded meta)
             self._release_writers_lock()
 
     @property

@@ -42,6 +42,8 @@ from .format import (
     scan_small_run,
 )
 from .fsio import FileSystem
+from .head import read_head_file
+from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
 READ_CHUNK = 4 << 20
@@ -225,6 +227,7 @@ class SegmentReader:
 
     def __init__(self, directory: str, base: int, *, last_segment: bool) -> None:
         self.path = segment_path(directory, base)
+        self.directory = directory
         self.base = base
         self.last_segment = last_segment
         try:
@@ -299,7 +302,7 @@ class SegmentReader:
         with ``runs`` (record and byte limits), a run of small batches found at a
         position comes as one item whose header is the :class:`SmallRun`."""
         pos = max(position, HEADER_SIZE)
-        size = os.fstat(self.fd).st_size
+        size = self._readable_size()
         if not self.last_segment and size > pos:
             yield from self._mapped_headers(pos, size, runs)
             return
@@ -332,7 +335,22 @@ class SegmentReader:
                 cursor = header.length
             pos += cursor
             if pos >= size:
-                size = os.fstat(self.fd).st_size
+                size = self._readable_size()
+
+    def _readable_size(self) -> int:
+        """Where the data ends: the file's size, except in the newest segment when the
+        writers' head names it, where it is the head's ``active_size``: past it lie the
+        zeros an exclusive writer reserved (``tailmap.py``) or a batch not yet published."""
+        size = os.fstat(self.fd).st_size
+        if self.last_segment:
+            head = read_head_file(os.path.join(self.directory, filenames.WRITER_LOCK))
+            if (
+                head is not None
+                and head.active_base == self.base
+                and HEADER_SIZE <= head.active_size < size
+            ):
+                return head.active_size
+        return size
 
     def _mapped_headers(
         self, pos: int, size: int, runs: tuple[int, int] | None
@@ -368,6 +386,8 @@ class SegmentReader:
     def _bad_batch(self, pos: int, reason: str, size: int) -> None:
         """An invalid batch: a not-yet-complete tail of the newest segment ends the read,
         anything else is corruption."""
+        if self.last_segment and only_zeros(read_all(self.fd, pos, size - pos)):
+            return  # room an exclusive writer reserved (its head could not be read)
         data = read_all(self.fd, 0, size)
         following = find_next_valid_batch(data, pos, len(data))
         if following is None and self.last_segment:

@@ -18,6 +18,9 @@ process dies at each step):
 
 Crash protocol of :meth:`SegmentWriter._roll`:
 
+0. Cut the room an exclusive writer reserved past the data (``tailmap.py``) off the old
+   segment: death before it leaves that segment active in the head, with the zeros past
+   its data that the next writer truncates.
 1. Publish a head naming the new base with size 0 (and the precommit-pending flag, if
    set): death here leaves no file; the next writer creates it.
 2. Create ``<base>.log`` with its file header (and its index): a torn header with no data
@@ -83,6 +86,7 @@ from .segment import (
     segment_path,
     write_index,
 )
+from .tailmap import RETRYABLE, TailWindow, only_zeros
 
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20
@@ -90,9 +94,32 @@ IOV_MAX = 1024  # buffers per pwritev (Linux's limit)
 
 
 class ActiveSegment:
-    """The segment appends go to, as this process last saw it."""
+    """The segment appends go to, as this process last saw it.
 
-    __slots__ = ("base", "fd", "first_ts", "index_fd", "index_size", "last_index_pos", "size")
+    ``plain_stop`` and ``plain_deadline`` are the checkpoint of the plain append path
+    (``single.py``): a record that would end past byte ``plain_stop`` or is stamped at or
+    after ``plain_deadline`` ms goes through :meth:`SegmentWriter._plain_checkpoint` (free
+    space, roll, the next mapped window) first; any other skips all three. A new segment
+    starts with a checkpoint that every record crosses, so a roll or a refresh needs
+    nothing reset. ``window`` is the mapped, reserved room past the data that an exclusive
+    writer stores plain records into (``tailmap.py``), ``reserved`` whether the file may
+    extend past ``size`` with such room (cut off by :meth:`SegmentWriter._cut_reserved`).
+    """
+
+    __slots__ = (
+        "base",
+        "fd",
+        "first_ts",
+        "index_fd",
+        "index_size",
+        "last_index_pos",
+        "plain_deadline",
+        "plain_from",
+        "plain_stop",
+        "reserved",
+        "size",
+        "window",
+    )
 
     def __init__(self, base: int, fd: int, size: int, index_fd: int, index_size: int) -> None:
         self.base = base
@@ -102,6 +129,11 @@ class ActiveSegment:
         self.index_fd = index_fd
         self.index_size = index_size
         self.last_index_pos = HEADER_SIZE
+        self.plain_stop = 0
+        self.plain_deadline = -1
+        self.plain_from = size  # where the plain path's unchecked bytes start
+        self.window: TailWindow | None = None
+        self.reserved = False
 
 
 class SegmentWriter:
@@ -135,10 +167,14 @@ class SegmentWriter:
         self._published_fields = memoryview(self._published)[: HEAD.size - 4]
         # the plain FileSystem: the append path calls os.pwrite itself (a subclass that
         # injects faults gets every call, as before)
-        self._plain_fs = type(fs) is FileSystem
+        self.plain_fs = type(fs) is FileSystem
         # exclusive=True: the flock is taken once here and kept until close, so no other
         # process can write and the cached head is always right (see head.py)
         self.exclusive_mode = exclusive
+        # an exclusive writer stores plain records into a mapped, reserved window of the
+        # active segment instead of a pwrite each (tailmap.py); False once the file system
+        # refused to reserve room for good (or a test wants the pwrite path)
+        self.map_tail = exclusive
         self._sync_always = config.sync == "always"
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms if config.segment_ms is not None else 1 << 62
@@ -255,6 +291,8 @@ class SegmentWriter:
             self.materialize()
             self.sync_all()
             with self.lock, self._exclusive():
+                if self.active is not None:
+                    self._cut_reserved(self.active)
                 head = self._current_head()
                 if on_final_head is not None:
                     on_final_head(head)
@@ -266,6 +304,7 @@ class SegmentWriter:
                     self.precommit.close()
                 self._retired.clear()
                 if self.active is not None:
+                    self._drop_window(self.active)
                     os.close(self.active.fd)
                     os.close(self.active.index_fd)
                     self.active = None
@@ -291,7 +330,7 @@ class SegmentWriter:
             self._steady = (
                 self.exclusive_mode
                 and self.plain_single
-                and self._plain_fs
+                and self.plain_fs
                 and not self.closed
                 and self._sync_failed is None
             )
@@ -425,7 +464,8 @@ class SegmentWriter:
         valid_end = start + result.valid_end
         if result.torn_bytes:
             self.fs.truncate(fd, valid_end)
-            self.torn_bytes_dropped += result.torn_bytes
+            if not only_zeros(data[result.valid_end :]):  # (zeros: room an exclusive
+                self.torn_bytes_dropped += result.torn_bytes  # writer reserved, tailmap.py)
         if result.next_offset is not None:
             next_offset = result.next_offset
         if next_offset is None:
@@ -487,6 +527,7 @@ class SegmentWriter:
         """Stop appending to a segment. It is fsynced by the next sync (``flush()`` promises
         durability of rolled segments too), not here: with ``sync="os"`` a roll costs no
         fsync on the append path."""
+        self._drop_window(active)
         os.close(active.index_fd)
         os.close(active.fd)
         self._retired.append(active.base)
@@ -513,6 +554,7 @@ class SegmentWriter:
         assert self.active is not None
         base = self.end_offset
         old = self.active
+        self._cut_reserved(old)  # 0. (see the module docstring)
         # 1. publish the new head first (see the module docstring), keeping the flag that
         #    tells the next writer to materialize our precommit entries if we die
         flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
@@ -605,7 +647,7 @@ class SegmentWriter:
             if not steady and not self.exclusive_mode:
                 head_map[WRITING_MARK] = 1
             try:
-                if not ((steady or self._plain_fs) and pwrite(active.fd, data, position) == size):
+                if not ((steady or self.plain_fs) and pwrite(active.fd, data, position) == size):
                     self.fs.pwritev(active.fd, [data], position)  # a short write, or a test's fs
             except OSError as error:
                 self._undo_partial_write(active, position)
@@ -647,10 +689,50 @@ class SegmentWriter:
             flock(self.lock_fd, LOCK_EX)
             self._flock_held = locked_here = True
             if self.head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
-                self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
+                try:
+                    self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
+                except BaseException:  # (a missing segment, say: other writers go on)
+                    self._flock_held = False
+                    flock(self.lock_fd, LOCK_UN)
+                    raise
         if self.precommit is not None and self.precommit.count:
             self._materialize_locked()
         return locked_here
+
+    def _plain_checkpoint(self, incoming: int, timestamp: int) -> ActiveSegment:
+        """What the plain append path (``single.py``) does when a record crosses the active
+        segment's checkpoint (caller holds both locks): the free-space check and the roll
+        that :meth:`append_record` considers for every record, then the next checkpoint.
+
+        The next one is where either could next be due: the segment's size limit or the
+        space check's byte budget (``SPACE_CHECK_BYTES``), and ``segment_ms`` after the
+        segment's first record or the space check's next time (``SPACE_CHECK_SECONDS``),
+        in wall-clock ms as records are stamped. The bytes the plain path wrote since the
+        last checkpoint count toward the space check's budget here (a batch written in
+        between counts twice: the check comes early, never late). Returns the segment to
+        write to, whose ``first_ts`` is set to ``timestamp`` if it has no record yet.
+        """
+        active = self.active
+        assert active is not None
+        self._bytes_since_check += max(active.size - active.plain_from, 0)
+        self._check_space(incoming)
+        if self._should_roll(incoming, timestamp):
+            self._roll()
+            active = self.active
+            assert active is not None
+        if active.first_ts is None:
+            active.first_ts = timestamp  # (_undo_partial_write clears it if the write fails)
+        position = active.plain_from = active.size
+        window = active.window
+        if self.map_tail and self._steady and (window is None or position + incoming > window.end):
+            window = self._map_window(active, position + incoming)
+        budget = SPACE_CHECK_BYTES - self._bytes_since_check
+        stop = min(self._segment_bytes, position + budget) if budget > 0 else 0
+        active.plain_stop = stop if window is None else min(stop, window.end)
+        wait = self._next_space_check - time.monotonic()  # -inf after a refusal
+        space_due = timestamp + int(wait * 1000) if wait > 0 else -1
+        active.plain_deadline = min(active.first_ts + self._segment_ms, space_due)
+        return active
 
     def _append_queued(self, slot: list[Any]) -> int:
         """Queue ``[key, value, timestamp, headers, result]`` for whoever holds the lock next.
@@ -774,10 +856,51 @@ class SegmentWriter:
         self._bytes_since_check += batch.size
 
     def _undo_partial_write(self, active: ActiveSegment, position: int) -> None:
+        if position <= HEADER_SIZE:  # the segment holds no record: it has no age yet
+            active.first_ts = None
+            active.plain_deadline = -1
+        # the truncation below takes any reserved room with it: a map of it must go first
+        # (a store past the end of a file is a SIGBUS), and the next checkpoint maps anew
+        self._drop_window(active)
+        active.plain_stop = 0
         try:
             self.fs.truncate(active.fd, position)
+            active.reserved = False
         except OSError:
             pass  # a torn tail is still cut by the next writer's validation
+
+    # -- the mapped tail of an exclusive writer (tailmap.py) -----------------------------
+    def _map_window(self, active: ActiveSegment, need_end: int) -> TailWindow | None:
+        """Reserve and map the room from the active segment's end to at least ``need_end``
+        (caller holds both locks). Returns the window, or ``None`` where the file system
+        refused: the plain path then writes with ``pwrite``, for good if the refusal is not
+        one that may pass (a full disk, whose refusal comes from the ``pwrite`` itself)."""
+        self._drop_window(active)
+        active.reserved = True  # (a failed reservation may still have grown the file)
+        try:
+            window = TailWindow(active.fd, active.size, need_end)
+        except OSError as error:
+            if error.errno not in RETRYABLE:
+                self.map_tail = False
+            return None
+        active.window = window
+        return window
+
+    @staticmethod
+    def _drop_window(active: ActiveSegment) -> None:
+        window = active.window
+        if window is not None:
+            active.window = None
+            window.close()
+
+    def _cut_reserved(self, active: ActiveSegment) -> None:
+        """Cut the reserved room off the active segment (caller holds both locks): before a
+        roll publishes the next segment, so a closed segment holds data only, and before a
+        clean close, whose marker vouches that the file ends where the head says."""
+        self._drop_window(active)
+        if active.reserved:
+            self.fs.truncate(active.fd, active.size)
+            active.reserved = False
 
     def _refusal(self, error: OSError) -> WriteRefusedError:
         self._next_space_check = float("-inf")

@@ -511,7 +511,7 @@ def test_a_plain_append_is_seen_by_another_process_when_it_returns(log_dir, excl
     """No flush: the head stored into the map of .lock and the record's pwrite are all
     another process's reader needs, for the steady exclusive writer too."""
     with compactlog.open(log_dir, exclusive=exclusive) as log:
-        assert log._plain_append is not None
+        assert log.plain_append_installed
         if exclusive:
             assert log.writer._steady
         assert [log.append(b"k%d" % i, b"v") for i in range(3)] == [0, 1, 2]
@@ -553,7 +553,7 @@ def test_the_plain_path_follows_config_changes(log_dir):
         with compactlog.open(log_dir, compression="zstd"):
             pass
         log.reload_meta()
-        assert log._plain_append is None
+        assert not log.plain_append_installed
         assert log.append(b"k", b"v" * 50) == 1
     last_segment = segment_files(log_dir)[-1]
     position, _length = batch_positions(last_segment)[-1]
