@@ -132,18 +132,17 @@ def retention(path: str, dry_run: bool, force: bool, as_json: bool) -> None:
     import time
 
     from compactlog import retention as library_retention
-    from compactlog.segment import list_segments, segment_path
+    from compactlog.head import read_log_head
+    from compactlog.segment import list_segments, segment_data_size
 
     directory = log_dir(path)
     if dry_run:
-        import os
-
         with open_read_only(directory) as log:
             infos = library_retention.closed_segments(directory, {})
             bases = list_segments(directory)
             total = sum(i.size for i in infos)
             if bases:
-                total += os.path.getsize(segment_path(directory, bases[-1]))
+                total += segment_data_size(directory, bases[-1], read_log_head(directory))
             doomed, reason = library_retention.select_for_deletion(
                 log.config, infos, total, int(time.time() * 1000), log.subscribers()
             )

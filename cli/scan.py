@@ -30,6 +30,7 @@ from compactlog.reader import trim_batch
 from compactlog.segment import (
     HEADER_SIZE,
     SegmentReader,
+    bound_by_head,
     index_is_consistent,
     index_path,
     list_segments,
@@ -92,12 +93,13 @@ def summarize_segments(directory: str) -> list[SegmentSummary]:
     """Batch headers of every segment (CRC-checked, bodies not decoded): counts, offsets,
     time range. A corrupt segment gets ``error`` and the counts read before the damage."""
     bases = list_segments(directory)
+    head = head_of(directory)
     out = []
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
         summary = SegmentSummary(
             base,
-            _file_size(segment_path(directory, base)),
+            bound_by_head(_file_size(segment_path(directory, base)), base, head),
             _file_size(index_path(directory, base)),
             active=last,
         )
@@ -130,7 +132,7 @@ def byte_position(directory: str, base: int, offset: int) -> int:
         for pos, header in reader.headers(max(hint, HEADER_SIZE)):
             if header.next_offset > offset:
                 return pos
-    return size
+        return reader.readable_size()  # (the data's end: no reserved room)
 
 
 def bytes_from(directory: str, summaries: list[SegmentSummary], offset: int) -> int:
@@ -614,9 +616,11 @@ def dirty_bytes(directory: str, first_dirty: int) -> tuple[int, int]:
     Cheap: file sizes, plus one partial scan of the segment holding the cleaner point.
     """
     bases = list_segments(directory)
+    head = head_of(directory)
     total = dirty = 0
     for i, base in enumerate(bases):
-        size = max(_file_size(segment_path(directory, base)) - HEADER_SIZE, 0)
+        file_size = bound_by_head(_file_size(segment_path(directory, base)), base, head)
+        size = max(file_size - HEADER_SIZE, 0)
         total += size
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         if base >= first_dirty:
@@ -626,5 +630,5 @@ def dirty_bytes(directory: str, first_dirty: int) -> tuple[int, int]:
                 position = byte_position(directory, base, first_dirty)
             except CompactLogError:
                 position = HEADER_SIZE
-            dirty += max(_file_size(segment_path(directory, base)) - position, 0)
+            dirty += max(file_size - position, 0)
     return dirty, total

@@ -41,6 +41,7 @@ import os
 import struct
 from typing import NamedTuple
 
+from . import filenames
 from .format import crc32c
 
 HEAD = struct.Struct("<IIqqqI")
@@ -97,6 +98,11 @@ def read_head_file(path: str) -> Head | None:
         return read_head(fd)
     finally:
         os.close(fd)
+
+
+def read_log_head(directory: str) -> Head | None:
+    """The head in ``directory``'s ``.lock`` (``None`` if missing or unreadable)."""
+    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK))
 
 
 def lock_exclusive(fd: int) -> None:

@@ -34,13 +34,14 @@ from .fsio import DEFAULT_FS, FileSystem
 from .head import (
     lock_exclusive,
     read_head_file,
+    read_log_head,
     register_writer,
     release_writer,
     try_lock_exclusive,
     unlock,
 )
 from .reader import iter_batches
-from .segment import list_segments, segment_path
+from .segment import list_segments, segment_data_size
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
@@ -508,8 +509,8 @@ class Log:
         with writer.exclusive():
             infos = retention.closed_segments(self.directory, self._timestamp_cache)
             active_base = list_segments(self.directory)[-1]
-            total = sum(i.size for i in infos) + os.path.getsize(
-                segment_path(self.directory, active_base)
+            total = sum(i.size for i in infos) + segment_data_size(
+                self.directory, active_base, read_log_head(self.directory)
             )
             doomed, reason = retention.select_for_deletion(
                 self.config, infos, total, now, self.subscribers()

@@ -42,7 +42,7 @@ from .format import (
     scan_small_run,
 )
 from .fsio import FileSystem
-from .head import read_head_file
+from .head import Head, read_log_head
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
@@ -218,6 +218,23 @@ def write_index(
 # -- reading batches ---------------------------------------------------------------------
 
 
+def bound_by_head(size: int, base: int, head: Head | None) -> int:
+    """Segment ``base``'s file ``size`` cut to where its data ends: the head's
+    ``active_size`` when the writers' head names this segment and the file is longer. Past
+    it lie the zeros an exclusive writer reserved (``tailmap.py``; docs/format.md 3.1) or a
+    batch whose head is not yet published. Every size that stands for a segment's data
+    (reads, byte counts of retention, the cleaner's and the CLI's figures) goes through it."""
+    if head is not None and head.active_base == base and HEADER_SIZE <= head.active_size < size:
+        return head.active_size
+    return size
+
+
+def segment_data_size(directory: str, base: int, head: Head | None) -> int:
+    """The bytes of data in segment ``base`` (:func:`bound_by_head`; ``head`` as read once
+    by the caller with ``head.read_log_head``)."""
+    return bound_by_head(os.path.getsize(segment_path(directory, base)), base, head)
+
+
 class SegmentReader:
     """Iterates the valid batches of one segment file from a byte position.
 
@@ -302,7 +319,7 @@ class SegmentReader:
         with ``runs`` (record and byte limits), a run of small batches found at a
         position comes as one item whose header is the :class:`SmallRun`."""
         pos = max(position, HEADER_SIZE)
-        size = self._readable_size()
+        size = self.readable_size()
         if not self.last_segment and size > pos:
             yield from self._mapped_headers(pos, size, runs)
             return
@@ -335,21 +352,14 @@ class SegmentReader:
                 cursor = header.length
             pos += cursor
             if pos >= size:
-                size = self._readable_size()
+                size = self.readable_size()
 
-    def _readable_size(self) -> int:
-        """Where the data ends: the file's size, except in the newest segment when the
-        writers' head names it, where it is the head's ``active_size``: past it lie the
-        zeros an exclusive writer reserved (``tailmap.py``) or a batch not yet published."""
+    def readable_size(self) -> int:
+        """Where the data ends: the file's size, for the newest segment bounded by the
+        writers' head (:func:`bound_by_head`)."""
         size = os.fstat(self.fd).st_size
         if self.last_segment:
-            head = read_head_file(os.path.join(self.directory, filenames.WRITER_LOCK))
-            if (
-                head is not None
-                and head.active_base == self.base
-                and HEADER_SIZE <= head.active_size < size
-            ):
-                return head.active_size
+            return bound_by_head(size, self.base, read_log_head(self.directory))
         return size
 
     def _mapped_headers(

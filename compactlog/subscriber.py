@@ -83,7 +83,7 @@ from .format import (
     read_batch_header,
     scan_small_run,
 )
-from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head
+from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head, read_log_head
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
@@ -94,6 +94,7 @@ from .segment import (
     lookup_position,
     read_all,
     read_index,
+    segment_data_size,
     segment_path,
 )
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
@@ -349,10 +350,11 @@ def backlog(log: Log, offset: int) -> tuple[int, int]:
     i = max(bisect.bisect_right(bases, offset) - 1, 0)
     total = 0
     segments = 0
+    head = read_log_head(directory)
     for j in range(i, len(bases)):
         base = bases[j]
         try:
-            size = os.path.getsize(segment_path(directory, base))
+            size = segment_data_size(directory, base, head)
             skip = _byte_position(directory, base, offset, last=j == len(bases) - 1)
         except (FileNotFoundError, MissingSegmentError):
             continue  # removed meanwhile
@@ -369,7 +371,7 @@ def _byte_position(directory: str, base: int, offset: int, *, last: bool) -> int
         return HEADER_SIZE
     hint = lookup_position(read_index(directory, base), base, offset)
     with SegmentReader(directory, base, last_segment=last) as reader:
-        end = os.fstat(reader.fd).st_size
+        end = reader.readable_size()
         for start in (hint, HEADER_SIZE) if hint != HEADER_SIZE else (hint,):
             try:
                 for position, header in reader.headers(start):

@@ -43,12 +43,13 @@ class TailWindow:
 
     __slots__ = ("end", "map", "start")
 
-    def __init__(self, fd: int, position: int, need_end: int) -> None:
-        """Reserve and map from ``position`` (rounded down to the map granularity) to at
-        least ``need_end`` and a whole window. Raises ``OSError`` (nothing mapped) when the
-        file system cannot reserve the room."""
+    def __init__(self, fd: int, position: int, need_end: int, limit: int) -> None:
+        """Reserve and map from ``position`` (rounded down to the map granularity) to
+        ``need_end`` and on for a whole window, but not past ``limit`` (the segment's size
+        limit) unless ``need_end`` is. Raises ``OSError`` (nothing mapped) when the file
+        system cannot reserve the room."""
         start = position - position % _GRANULE
-        end = max(need_end, start + WINDOW_BYTES)
+        end = max(need_end, min(start + WINDOW_BYTES, limit))
         os.posix_fallocate(fd, start, end - start)  # also extends the file to ``end``
         self.map = mmap.mmap(fd, end - start, offset=start)
         self.start = start

@@ -878,7 +878,7 @@ class SegmentWriter:
         self._drop_window(active)
         active.reserved = True  # (a failed reservation may still have grown the file)
         try:
-            window = TailWindow(active.fd, active.size, need_end)
+            window = TailWindow(active.fd, active.size, need_end, self._segment_bytes)
         except OSError as error:
             if error.errno not in RETRYABLE:
                 self.map_tail = False

@@ -132,12 +132,21 @@ def test_kill_9_of_a_precommit_writer_loses_no_acknowledged_record(log_dir):
     assert (log_dir / "pre_commit").exists()
 
 
-def test_kill_9_of_an_exclusive_writer_loses_no_acknowledged_record(log_dir):
-    """exclusive=True: one pwrite per append and the head in the mmap; the lock goes with
-    the killed process, so the next (non-exclusive) open recovers and writes."""
-    config = {"exclusive": True, "sync": "os", "segment_bytes": 4096, "index_interval_bytes": 512}
+@pytest.mark.parametrize("segment_bytes", [4096, 1 << 20])
+def test_kill_9_of_an_exclusive_writer_loses_no_acknowledged_record(log_dir, segment_bytes):
+    """exclusive=True: records stored into the reserved, mapped room past the active
+    segment's data (tailmap.py) and the head in the mmap; the lock goes with the killed
+    process, so the next (non-exclusive) open truncates the room, recovers and writes.
+    Small segments: the kills also hit rolls, which cut the room off the closed segment."""
+    config = {
+        "exclusive": True,
+        "sync": "os",
+        "segment_bytes": segment_bytes,
+        "index_interval_bytes": 512,
+    }
     crash_loop(log_dir, config, seed=3, mode="single")
-    assert len(list(log_dir.glob("*.log"))) > 1
+    if segment_bytes == 4096:
+        assert len(list(log_dir.glob("*.log"))) > 1
 
 
 @pytest.mark.parametrize("exclusive", [False, True])

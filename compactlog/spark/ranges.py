@@ -14,7 +14,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..segment import list_segments, segment_path
+from ..head import read_log_head
+from ..segment import list_segments, segment_data_size
 
 PARTITION_BYTES = 128 << 20
 
@@ -45,6 +46,7 @@ def _pieces(directory: str, start: int, end: int) -> list[_Piece]:
     sizes only balance partitions, the reader follows offsets whatever the files."""
     bases = list_segments(directory)
     first = max(bisect.bisect_right(bases, start) - 1, 0)
+    head = read_log_head(directory)  # (sizes of data: no room an exclusive writer reserved)
     pieces = []
     for i in range(first, len(bases)):
         base = bases[i]
@@ -55,7 +57,7 @@ def _pieces(directory: str, start: int, end: int) -> list[_Piece]:
         if hi <= lo:
             continue
         try:
-            size = os.path.getsize(segment_path(directory, base))
+            size = segment_data_size(directory, base, head)
         except FileNotFoundError:
             size = 0
         pieces.append(_Piece(lo, hi, size * (hi - lo) / max(upper - base, 1)))
