@@ -35,7 +35,7 @@ Any other call goes to ``Log.append``, the general path, unchanged. A plain appe
 from __future__ import annotations
 
 from collections.abc import Callable
-from fcntl import LOCK_UN, flock
+from fcntl import LOCK_EX, LOCK_UN, flock
 from os import pwrite
 from time import time_ns
 from typing import TYPE_CHECKING
@@ -50,7 +50,16 @@ from .format import (
     TWO_LENGTHS,
     crc32c,
 )
-from .head import CRC_AT, DOORBELL, END_SIZE, END_SIZE_AT, HEAD_CRC, PUBLISHED_SIZE, WRITING_MARK
+from .head import (
+    CRC_AT,
+    DOORBELL,
+    END_SIZE,
+    END_SIZE_AT,
+    HEAD_CRC,
+    PUBLISHED_SIZE,
+    WRITING_MARK,
+    read_head,
+)
 
 if TYPE_CHECKING:
     from .writer import SegmentWriter
@@ -94,7 +103,6 @@ def build_plain_append(
     pack_length_crc = LENGTH_CRC.pack
     pack_end_size = END_SIZE.pack_into
     pack_head_crc = HEAD_CRC.pack_into
-    join = b"".join
 
     def append(
         key: bytes | None,
@@ -115,7 +123,15 @@ def build_plain_append(
             return queued([key, value, time_ns() // 1_000_000, b"", None])
         locked_here = False
         try:
-            if shared or not writer._steady:  # 1. (a closed log or a failed fsync raises)
+            if shared:  # 1. (_prepare_append, inlined for the common case)
+                if writer._flock_held or writer.closed or writer._sync_failed is not None:
+                    locked_here = prepare()  # (a closed log or a failed fsync raises)
+                else:
+                    flock(lock_fd, LOCK_EX)
+                    writer._flock_held = locked_here = True
+                    if head_map[0:PUBLISHED_SIZE] != published or writer.active is None:
+                        writer._refresh(read_head(lock_fd))  # another process wrote (or died)
+            elif not writer._steady:
                 locked_here = prepare()
             timestamp = time_ns() // 1_000_000  # 2. (wall_clock_ms, inlined)
             offset = writer.end_offset
@@ -134,7 +150,7 @@ def build_plain_append(
                 timestamp,
                 size - BATCH_HEADER.size,
             )
-            data = join((pack_length_crc(size, crc32c(body + tail)), tail, body))
+            data = pack_length_crc(size, crc32c(body + tail)) + tail + body
             active = writer.active
             position = active.size
             end = position + size
