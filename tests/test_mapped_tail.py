@@ -294,7 +294,6 @@ def test_the_figures_of_a_live_exclusive_writers_log_leave_the_room_out(log_dir)
     import json
 
     from click.testing import CliRunner
-
     from compactlog.cli.main import cli
 
     with compactlog.open(log_dir, exclusive=True) as log:
