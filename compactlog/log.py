@@ -88,6 +88,7 @@ class Log:
         self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
+        self._plain_installed = False  # whether append is the plain path's (single.py)
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -217,15 +218,24 @@ class Log:
         ):
             general = Log.append.__get__(self)
             plain = build_plain_append(writer, config.max_record_bytes, general)
-            self.__dict__["append"] = functools.update_wrapper(plain, general)
+            self.append = functools.update_wrapper(plain, general)  # type: ignore[method-assign]
+            self._plain_installed = True
         else:
-            self.__dict__.pop("append", None)
+            self._remove_plain_append()
+
+    def _remove_plain_append(self) -> None:
+        # (by attribute, never through self.__dict__: asking for the dict of an instance
+        # makes CPython keep its attributes in a real dict from then on, and every attribute
+        # load of Log.append's general path measurably slower: 0.1 us per precommit append)
+        if self._plain_installed:
+            self._plain_installed = False
+            del self.append
 
     @property
     def plain_append_installed(self) -> bool:
         """Whether plain records take the one-frame path (``single.py``); for tests and
         benchmarks that must know which path they measure."""
-        return "append" in self.__dict__
+        return self._plain_installed
 
     @property
     def config(self) -> LogConfig:
@@ -607,7 +617,7 @@ class Log:
         released; using one afterwards raises :class:`LogClosedError`), then the writer."""
         if self._closed:
             return
-        self.__dict__.pop("append", None)  # (the plain path: see _choose_append_path)
+        self._remove_plain_append()
         try:
             for subscriber in list(self._subscribers):
                 subscriber.close()
@@ -615,7 +625,7 @@ class Log:
                 self.writer.close(lambda head: recovery.write_clean_shutdown(self, head))
         finally:
             self._closed = True
-            self.__dict__.pop("append", None)  # (again: a thread may have reloaded meta)
+            self._remove_plain_append()  # (again: a thread may have reloaded meta)
             self._release_writers_lock()
 
     @property

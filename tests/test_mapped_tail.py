@@ -189,7 +189,7 @@ def test_a_failed_write_drops_the_window_before_truncating(log_dir, monkeypatch)
             raise OSError(errno.EIO, "injected")
 
         monkeypatch.setattr(single, "pwrite", failing_pwrite)
-        log.__dict__.pop("append")
+        log._remove_plain_append()
         log._choose_append_path()  # rebuilt with the failing pwrite bound
         monkeypatch.setattr(writer, "_map_window", lambda active, need: None)
         with pytest.raises(compactlog.WriteRefusedError, match="injected"):
