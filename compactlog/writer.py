@@ -724,7 +724,10 @@ class SegmentWriter:
             active.first_ts = timestamp  # (_undo_partial_write clears it if the write fails)
         position = active.plain_from = active.size
         window = active.window
-        if self.map_tail and self._steady and (window is None or position + incoming > window.end):
+        if window is not None and position + incoming > window.end:
+            self._drop_window(active)  # (a store past a window's end is not possible)
+            window = None
+        if window is None and self.map_tail and self._steady:
             window = self._map_window(active, position + incoming)
         budget = SPACE_CHECK_BYTES - self._bytes_since_check
         stop = min(self._segment_bytes, position + budget) if budget > 0 else 0

@@ -309,3 +309,20 @@ def test_the_figures_of_a_live_exclusive_writers_log_leave_the_room_out(log_dir)
         assert [row["size_bytes"] for row in listed["segments"]] == [data_end]
         with log.subscribe("reader") as subscriber:
             assert subscriber.lag_bytes == data_end - 16
+
+
+def test_records_past_the_window_are_written_when_no_new_room_is_mapped(log_dir):
+    """A writer that stops mapping room (here: told to; in life, a file system that
+    refuses to reserve) drops the window it has once a record would pass its end."""
+    with compactlog.open(log_dir, exclusive=True) as log:
+        log.append(b"k", b"v")
+        window = log.writer.active.window
+        assert window is not None
+        log.writer.map_tail = False
+        count = (window.end - window.start) // 100 + 10  # records of 100 bytes and more
+        for i in range(count):
+            log.append(b"k%06d" % i, b"v" * 50)
+        assert log.writer.active.window is None
+        total = count + 1
+    with compactlog.open(log_dir, read_only=True) as reader:
+        assert sum(len(b) for b in reader.read_batches()) == total
