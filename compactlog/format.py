@@ -994,6 +994,7 @@ class SmallRun:
     end: int  # position just after the last batch
     length: int = 0  # the one length of every batch, 0 when they differ
     simple: bool = False  # known: every batch is one uncompressed record, flags alike
+    bases: np.ndarray | None = None  # the base offsets (int64), where already gathered
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -1049,10 +1050,10 @@ def scan_small_run(
         rows = raw[first:pos].reshape(n, length)
         heads = rows[:, :header_size].view(_HEADER_DTYPE)[:, 0]
         crcs = rows_crcs(rows)
-        run = _check_alike(rows, heads, crcs, max_records)
-        if run is not None:
-            bad, simple = run
-            return _cut(SmallRun(positions, heads, pos, length, simple), bad)
+        alike = _check_alike(rows, heads, crcs, max_records)
+        if alike is not None:
+            bad, simple, bases = alike
+            return _cut(SmallRun(positions, heads, pos, length, simple, bases), bad)
     else:
         block = _rows_at(raw, positions, header_size)
         heads = block.view(_HEADER_DTYPE).ravel()
@@ -1080,14 +1081,15 @@ def scan_small_run(
 
 def _check_alike(
     rows: np.ndarray, heads: np.ndarray, crcs: np.ndarray, max_records: int
-) -> tuple[np.ndarray, bool] | None:
+) -> tuple[np.ndarray, bool, np.ndarray] | None:
     """:func:`scan_small_run`'s checks for a run whose batches all have the first one's
     magic, codec, flags, count and last delta (single appends of records of one size),
     in fewer numpy passes: those fields compared once as two words per batch, and the
     first batch's fields checked as :func:`check_batch` does. Returns where a batch is bad
-    (its CRC, its offsets, or past ``max_records``) and whether every batch is one
-    uncompressed record with one timestamp and contiguous offsets; ``None`` when the
-    fields differ between batches (the general checks then run)."""
+    (its CRC, its offsets, or past ``max_records``), whether every batch is one
+    uncompressed record with one timestamp and contiguous offsets, and the base offsets
+    (gathered once into a contiguous array, for the offsets check and the decoder);
+    ``None`` when the fields differ between batches (the general checks then run)."""
     words = rows[:, CRC_START : CRC_START + 4].view("<u4")[:, 0]
     counts = rows[:, 20:28].view("<u8")[:, 0]  # count, then last_delta
     word, both = int(words[0]), int(counts[0])
@@ -1096,14 +1098,14 @@ def _check_alike(
         return None
     if not bool((words == word).all() and (counts == both).all()):
         return None
-    base = heads["base_offset"]
+    bases = heads["base_offset"].astype(np.int64)
     bad = crcs != heads["crc"]
-    bad[1:] |= base[1:] <= base[:-1] + last_delta
+    bad[1:] |= bases[1:] <= bases[:-1] + last_delta
     # np.cumsum(count) > max(max_records, 2 * count), for one count per batch
     limit = max(max_records, 2 * count)
     if count and len(bad) * count > limit:
         bad[limit // count :] = True
-    return bad, count == 1 and word in _SIMPLE_WORDS
+    return bad, count == 1 and word in _SIMPLE_WORDS, bases
 
 
 def _cut(run: SmallRun, bad: np.ndarray) -> SmallRun | None:
@@ -1115,6 +1117,8 @@ def _cut(run: SmallRun, bad: np.ndarray) -> SmallRun | None:
         return None
     run.end = int(run.positions[n])
     run.positions, run.headers = run.positions[:n], run.headers[:n]
+    if run.bases is not None:
+        run.bases = run.bases[:n]
     return run
 
 
@@ -1479,7 +1483,7 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
     at = header_size + 8
     keys = rows[:, at : at + key_length]
     values = rows[:, at + key_length :]
-    base = heads["base_offset"]
+    base = heads["base_offset"].astype(np.int64) if run.bases is None else run.bases
     timestamps = heads["first_ts"].astype(np.int64)
     header = BatchHeader(
         run.end - first,
@@ -1497,7 +1501,7 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
     return RecordBatch(
         header,
         first,
-        base.astype(np.int64),
+        base,
         timestamps,
         np.full(n, key_length, dtype=np.int32),
         np.full(n, value_length, dtype=np.int32),
