@@ -1038,11 +1038,12 @@ def scan_small_run(
     stop = min(end, pos + max_bytes)
     # a batch holds at least one record unless it is empty: at most max_records batches
     # (cut to max_records records below)
-    positions, pos, length = _walk(buf, pos, stop, max(max_records, 2))
-    n = len(positions)
+    found, pos, length = _walk(buf, pos, stop, max(max_records, 2))
+    n = len(found)
     if n < 2:
         return None
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
+    positions = np.asarray(found, dtype=np.int64)
     if length:
         # one batch length throughout (records of one size): the run is rows of one
         # length, the headers one strided column of them (a view: nothing is copied)
@@ -1055,6 +1056,7 @@ def scan_small_run(
             bad, simple, bases = alike
             return _cut(SmallRun(positions, heads, pos, length, simple, bases), bad)
     else:
+        starts = found if isinstance(found, list) else found.tolist()
         block = _rows_at(raw, positions, header_size)
         heads = block.view(_HEADER_DTYPE).ravel()
         # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
@@ -1062,8 +1064,7 @@ def scan_small_run(
         getitem = (
             buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else memoryview(buf).__getitem__
         )
-        starts = positions.tolist()
-        spans = map(slice, [start + header_size for start in starts], [*starts[1:], pos])
+        spans = map(slice, (positions + header_size).tolist(), [*starts[1:], pos])
         body_crcs = np.fromiter(map(crc32c, map(getitem, spans)), dtype=np.uint32, count=n)
         crcs = _continue_crc(body_crcs, block[:, CRC_START:])
     count = heads["count"].astype(np.int64)
@@ -1126,10 +1127,14 @@ _LENGTH_COUNT = struct.Struct("<I16xI")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
 
 
-def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[np.ndarray, int, int]:
-    """Positions (int64) of consecutive small batches whose lengths keep them whole below
+def _walk(
+    buf: Any, pos: int, stop: int, max_batches: int
+) -> tuple[np.ndarray | list[int], int, int]:
+    """Positions of consecutive small batches whose lengths keep them whole below
     ``stop`` (nothing else is checked here), where they end, and their one length when
     they all have one (each length field was read, or leapt over as equal to it), else 0.
+    The positions are an int64 array, or the list the walk made when it stepped on each
+    batch (lengths that vary: the caller needs them as a list too).
 
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
     lengths in a row (single appends of records of one size), the length and count
@@ -1151,7 +1156,9 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[np.ndarray, 
     same = 0
     leap_after = _LEAP_AFTER
     raw: np.ndarray | None = None
-    while pos <= last and taken + len(found) < max_batches:  # one batch found per turn
+    for _ in range(max_batches):  # one batch found per turn (and a leap adds many)
+        if pos > last:
+            break
         length, count = unpack(buf, pos)
         following = pos + length
         if count > small or not pos + header_size <= following <= stop:
@@ -1185,11 +1192,17 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[np.ndarray, 
                 taken += len(found) + leap
                 found.clear()
                 pos += leap * length
+                if taken >= max_batches:
+                    break
+    positions: np.ndarray | list[int] = found
     if uniform and previous > 0:  # (one arange rather than the parts joined)
-        return np.arange(first, pos, previous, dtype=np.int64), pos, previous
-    if parts:
-        return np.concatenate([*parts, np.array(found, dtype=np.int64)]), pos, 0
-    return np.array(found, dtype=np.int64), pos, 0
+        positions = np.arange(first, pos, previous, dtype=np.int64)
+    elif parts:
+        positions = np.concatenate([*parts, np.array(found, dtype=np.int64)])
+    if len(positions) > max_batches:  # (steps after a leap)
+        pos = int(positions[max_batches])
+        positions = positions[:max_batches]
+    return positions, pos, previous if uniform and previous > 0 else 0
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
