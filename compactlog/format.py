@@ -52,6 +52,7 @@ from __future__ import annotations
 import mmap
 import struct
 import threading
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -955,7 +956,11 @@ def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
 # batches of one length, one crc32c call per body otherwise), checks their headers
 # together, and :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
 # concatenation of the batches' columns (the records, offsets, timestamps and headers of
-# ``decode_batch`` for each batch, in order).
+# ``decode_batch`` for each batch, in order). Runs of batches alike (records of one size,
+# the commonest log of single appends) take shorter paths still: their header fields are
+# checked as a few words per batch (:func:`_check_alike`), their CRC messages gathered
+# into a per-thread scratch buffer (:func:`_messages_crcs`), and their blobs copied as one
+# column range of the rows each (:func:`_decode_alike`).
 
 SMALL_BATCH_RECORDS = 8
 """A batch of at most this many records is *small* (typically one single append)."""
@@ -987,9 +992,23 @@ class SmallRun:
     positions: np.ndarray  # int64 byte positions in the buffer scanned
     headers: np.ndarray  # their headers (structured, ``_HEADER_DTYPE``)
     end: int  # position just after the last batch
+    length: int = 0  # the one length of every batch, 0 when they differ
+    simple: bool = False  # known: every batch is one uncompressed record, flags alike
+    bases: np.ndarray | None = None  # the base offsets (int64), where already gathered
 
     def __len__(self) -> int:
         return len(self.positions)
+
+
+# batch header bytes [8, 12) as one little-endian word: magic, codec, flags. A word passes
+# check_batch's field checks when its magic is BATCH_MAGIC and no bit outside the codecs
+# (0, 1) and the known flags is set
+_WORD_MASK = 0xFF | ((0xFF ^ CODEC_ZSTD) << 8) | ((0xFFFF ^ KNOWN_FLAGS) << 16)
+assert CODEC_NONE == 0 and CODEC_ZSTD == 1  # the codecs the mask lets through
+_SIMPLE_WORDS = (
+    BATCH_MAGIC | (_SIMPLE_FLAGS << 16),
+    BATCH_MAGIC | ((_SIMPLE_FLAGS | FLAG_HEADERS) << 16),
+)
 
 
 def scan_small_run(
@@ -1007,32 +1026,37 @@ def scan_small_run(
     (:func:`_walk`); the CRCs of a run of one batch length are computed together
     (:func:`rows_crcs`), else each body's CRC is one ``crc32c`` call, continued over the
     48-byte headers for all batches together (:func:`_continue_crc`); every batch's CRC is
-    compared with its own stored CRC, and the header fields are checked as columns. The
-    run stops before the first batch that is not small, not whole below ``end``, not
+    compared with its own stored CRC, and the header fields are checked as columns (as
+    two words per batch where every batch has the first one's fields, :func:`_check_alike`).
+    The run stops before the first batch that is not small, not whole below ``end``, not
     valid (left to :func:`check_batch`, which says why), whose offsets
     do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
-    ``max_records`` records.
+    ``max_records`` records. The run's ``headers`` are a view of ``buf`` where its batches
+    have one length.
     """
     header_size = BATCH_HEADER.size
     stop = min(end, pos + max_bytes)
     # a batch holds at least one record unless it is empty: at most max_records batches
     # (cut to max_records records below)
-    found, pos, uniform = _walk(buf, pos, stop, max(max_records, 2))
+    found, pos, length = _walk(buf, pos, stop, max(max_records, 2))
     n = len(found)
     if n < 2:
         return None
     raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
-    first = found[0]
-    length = found[1] - first
-    if uniform:
-        positions = np.arange(first, pos, length, dtype=np.int64)
+    positions = np.asarray(found, dtype=np.int64)
+    if length:
         # one batch length throughout (records of one size): the run is rows of one
-        # length, the headers one strided column of them
+        # length, the headers one strided column of them (a view: nothing is copied)
+        first = int(positions[0])
         rows = raw[first:pos].reshape(n, length)
-        heads = np.ascontiguousarray(rows[:, :header_size]).view(_HEADER_DTYPE).ravel()
+        heads = rows[:, :header_size].view(_HEADER_DTYPE)[:, 0]
         crcs = rows_crcs(rows)
+        alike = _check_alike(rows, heads, crcs, max_records)
+        if alike is not None:
+            bad, simple, bases = alike
+            return _cut(SmallRun(positions, heads, pos, length, simple, bases), bad)
     else:
-        positions = np.array(found, dtype=np.int64)
+        starts = found if isinstance(found, list) else found.tolist()
         block = _rows_at(raw, positions, header_size)
         heads = block.view(_HEADER_DTYPE).ravel()
         # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
@@ -1040,7 +1064,7 @@ def scan_small_run(
         getitem = (
             buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else memoryview(buf).__getitem__
         )
-        spans = map(slice, (positions + header_size).tolist(), [*found[1:], pos])
+        spans = map(slice, (positions + header_size).tolist(), [*starts[1:], pos])
         body_crcs = np.fromiter(map(crc32c, map(getitem, spans)), dtype=np.uint32, count=n)
         crcs = _continue_crc(body_crcs, block[:, CRC_START:])
     count = heads["count"].astype(np.int64)
@@ -1053,31 +1077,76 @@ def scan_small_run(
     )
     bad[1:] |= heads["base_offset"][1:] <= heads["base_offset"][:-1] + heads["last_delta"][:-1]
     bad |= np.cumsum(count) > max(max_records, count[0] + count[1])
-    if bool(bad.any()):
-        n = int(np.argmax(bad))
-        if n < 2:
-            return None
-        pos = found[n]
-        positions, heads = positions[:n], heads[:n]
-    return SmallRun(positions, heads, pos)
+    return _cut(SmallRun(positions, heads, pos, length), bad)
+
+
+def _check_alike(
+    rows: np.ndarray, heads: np.ndarray, crcs: np.ndarray, max_records: int
+) -> tuple[np.ndarray, bool, np.ndarray] | None:
+    """:func:`scan_small_run`'s checks for a run whose batches all have the first one's
+    magic, codec, flags, count and last delta (single appends of records of one size),
+    in fewer numpy passes: those fields compared once as two words per batch, and the
+    first batch's fields checked as :func:`check_batch` does. Returns where a batch is bad
+    (its CRC, its offsets, or past ``max_records``), whether every batch is one
+    uncompressed record with one timestamp and contiguous offsets, and the base offsets
+    (gathered once into a contiguous array, for the offsets check and the decoder);
+    ``None`` when the fields differ between batches (the general checks then run)."""
+    words = rows[:, CRC_START : CRC_START + 4].view("<u4")[:, 0]
+    counts = rows[:, 20:28].view("<u8")[:, 0]  # count, then last_delta
+    word, both = int(words[0]), int(counts[0])
+    count, last_delta = both & 0xFFFFFFFF, both >> 32
+    if word & _WORD_MASK != BATCH_MAGIC or count > last_delta + 1:
+        return None
+    if not bool((words == word).all() and (counts == both).all()):
+        return None
+    bases = heads["base_offset"].astype(np.int64)
+    bad = crcs != heads["crc"]
+    bad[1:] |= bases[1:] <= bases[:-1] + last_delta
+    # np.cumsum(count) > max(max_records, 2 * count), for one count per batch
+    limit = max(max_records, 2 * count)
+    if count and len(bad) * count > limit:
+        bad[limit // count :] = True
+    return bad, count == 1 and word in _SIMPLE_WORDS, bases
+
+
+def _cut(run: SmallRun, bad: np.ndarray) -> SmallRun | None:
+    """``run`` up to its first bad batch (``None`` when fewer than two are left)."""
+    if not bool(bad.any()):
+        return run
+    n = int(np.argmax(bad))
+    if n < 2:
+        return None
+    run.end = int(run.positions[n])
+    run.positions, run.headers = run.positions[:n], run.headers[:n]
+    if run.bases is not None:
+        run.bases = run.bases[:n]
+    return run
 
 
 _LENGTH_COUNT = struct.Struct("<I16xI")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
 
 
-def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], int, bool]:
+def _walk(
+    buf: Any, pos: int, stop: int, max_batches: int
+) -> tuple[np.ndarray | list[int], int, int]:
     """Positions of consecutive small batches whose lengths keep them whole below
-    ``stop`` (nothing else is checked here), where they end, and whether they all have
-    one length (each length field was read, or leapt over as equal to it).
+    ``stop`` (nothing else is checked here), where they end, and their one length when
+    they all have one (each length field was read, or leapt over as equal to it), else 0.
+    The positions are an int64 array, or the list the walk made when it stepped on each
+    batch (lengths that vary: the caller needs them as a list too).
 
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
     lengths in a row (single appends of records of one size), the length and count
     fields of the batches that would follow at that spacing are read as one numpy
-    column and the walk leaps over every one that matches.
+    column and the walk leaps over every one that matches. The positions of a leap are
+    never made one by one: a run of one length is an ``arange``.
     """
-    found: list[int] = []
+    first = pos
+    found: list[int] = []  # positions stepped on since the last leap
     append = found.append
+    parts: list[np.ndarray] = []  # the positions before those, in order
+    taken = 0  # how many positions ``parts`` holds
     unpack = _LENGTH_COUNT.unpack_from
     last = stop - BATCH_HEADER.size
     header_size = BATCH_HEADER.size
@@ -1107,7 +1176,7 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
             same = 0
             if raw is None:
                 raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
-            rows = min((stop - pos) // length, max_batches - len(found))
+            rows = min((stop - pos) // length, max_batches - taken - len(found))
             if rows <= 0:
                 continue  # no room for another batch of this length: walk on
             # the length and count fields of each would-be batch, as strided views
@@ -1117,14 +1186,23 @@ def _walk(buf: Any, pos: int, stop: int, max_batches: int) -> tuple[list[int], i
             leap = rows if bool(matching.all()) else int(np.argmin(matching))
             if leap < leap_after:
                 leap_after *= 2  # lengths only look alike: try less often
-            found.extend(range(pos, pos + leap * length, length))
-            pos += leap * length
-            if len(found) >= max_batches:
-                break
-    if len(found) > max_batches:
-        pos = found[max_batches]
-        del found[max_batches:]
-    return found, pos, uniform
+            if leap:
+                parts.append(np.array(found, dtype=np.int64))
+                parts.append(np.arange(pos, pos + leap * length, length, dtype=np.int64))
+                taken += len(found) + leap
+                found.clear()
+                pos += leap * length
+                if taken >= max_batches:
+                    break
+    positions: np.ndarray | list[int] = found
+    if uniform and previous > 0:  # (one arange rather than the parts joined)
+        positions = np.arange(first, pos, previous, dtype=np.int64)
+    elif parts:
+        positions = np.concatenate([*parts, np.array(found, dtype=np.int64)])
+    if len(positions) > max_batches:  # (steps after a leap)
+        pos = int(positions[max_batches])
+        positions = positions[:max_batches]
+    return positions, pos, previous if uniform and previous > 0 else 0
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
@@ -1208,19 +1286,98 @@ def rows_crcs(rows: np.ndarray) -> np.ndarray:
 
     Two ways, the same values: by table (:func:`_rows_crcs_by_table`) where few byte
     columns vary, else one ``crc32c`` call per row over its message (body, then header
-    bytes [8, 48)) gathered into one contiguous array, each call on a ``bytes`` item
-    (half the cost of slicing the buffer per batch).
+    bytes [8, 48)), the messages gathered a block at a time into a scratch buffer whose
+    rows are ready-made memoryviews (:func:`_messages_crcs`).
     """
     crcs = _rows_crcs_by_table(rows)
     if crcs is not None:
         return crcs
+    return _messages_crcs(rows)
+
+
+_CRC_SCRATCH_BYTES = 256 << 10  # a block of messages: stays in a core's L2 cache
+_CRC_SCRATCH_LENGTHS = 4  # message lengths whose views a thread keeps at once
+
+
+class _CrcScratch(threading.local):
+    """One thread's scratch buffer for :func:`_messages_crcs`, and per message length the
+    buffer cut into memoryviews of that length. ``busy`` guards against a re-entrant call
+    (a signal handler that reads a log), which then takes the path without scratch."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(_CRC_SCRATCH_BYTES)
+        self.views: dict[int, tuple[np.ndarray, list[memoryview]]] = {}
+        self.busy = False
+
+    def block(self, size: int) -> tuple[np.ndarray, list[memoryview]]:
+        """The buffer as an ``(rows, size)`` array and its rows as memoryviews."""
+        found = self.views.get(size)
+        if found is None:
+            if len(self.views) >= _CRC_SCRATCH_LENGTHS:
+                self.views.clear()
+            rows = _CRC_SCRATCH_BYTES // size
+            view = memoryview(self.buffer)
+            found = self.views[size] = (
+                np.frombuffer(self.buffer, dtype=np.uint8, count=rows * size).reshape(rows, size),
+                [view[i : i + size] for i in range(0, rows * size, size)],
+            )
+        return found
+
+
+_crc_scratch = _CrcScratch()
+
+
+def _cells(columns: np.ndarray) -> np.ndarray:
+    """The rows of a 2-D uint8 array whose rows are contiguous, as one opaque (``V``)
+    item each, without a copy: numpy copies such items a row at a time, where it copies
+    the bytes of a 2-D slice one column step at a time (2-5 times slower for rows of
+    16-124 bytes). Rows must not be empty."""
+    return columns.view(f"V{columns.shape[1]}")[:, 0]
+
+
+assert array("I").itemsize == 4  # read back as uint32
+
+
+def _messages_crcs(rows: np.ndarray) -> np.ndarray:
+    """:func:`rows_crcs` by one ``crc32c`` call per row (any row contents).
+
+    Why a scratch buffer cut into memoryviews: each row's message must be contiguous
+    (its header part follows its body), so it is copied anyway; copied into the same
+    scratch block after block, the messages are read by ``crc32c`` through views made
+    once per thread, where a ``bytes`` item per row (``tolist``) cost a fresh object
+    each, and fresh memory (page faults) wherever the allocator had handed its pages back.
+    The CRCs come back through an ``array`` (its conversion of ``int`` objects costs less
+    than ``numpy.fromiter``'s).
+    """
     n, length = rows.shape
     header_size = BATCH_HEADER.size
-    messages = np.empty((n, length - CRC_START), dtype=np.uint8)
-    messages[:, : length - header_size] = rows[:, header_size:]
-    messages[:, length - header_size :] = rows[:, CRC_START:header_size]
-    items = messages.view(f"V{length - CRC_START}").ravel().tolist()
-    return np.fromiter(map(crc32c, items), dtype=np.uint32, count=n)
+    body = length - header_size
+    size = length - CRC_START
+    scratch = _crc_scratch
+    if scratch.busy or size > _CRC_SCRATCH_BYTES // 2:
+        messages = np.empty((n, size), dtype=np.uint8)
+        messages[:, :body] = rows[:, header_size:]
+        messages[:, body:] = rows[:, CRC_START:header_size]
+        items = messages.view(f"V{size}").ravel().tolist()
+        return np.fromiter(map(crc32c, items), dtype=np.uint32, count=n)
+    scratch.busy = True
+    try:
+        block, views = scratch.block(size)
+        per = len(views)
+        crcs = np.empty(n, dtype=np.uint32)
+        # (an empty body has no cells to copy)
+        copies = [(_cells(rows[:, CRC_START:header_size]), _cells(block[:, body:]))]
+        if body:
+            copies.append((_cells(rows[:, header_size:]), _cells(block[:, :body])))
+        for start in range(0, n, per):
+            stop = min(n, start + per)
+            for source, target in copies:
+                target[: stop - start] = source[start:stop]
+            items = views if stop - start == per else views[: stop - start]
+            crcs[start:stop] = np.frombuffer(array("I", map(crc32c, items)), dtype=np.uint32)
+        return crcs
+    finally:
+        scratch.busy = False
 
 
 def _rows_crcs_by_table(rows: np.ndarray) -> np.ndarray | None:
@@ -1283,6 +1440,10 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
     decompressor's error for a body that does not decompress (callers then decode the
     batches one by one to report which).
     """
+    if run.simple and run.length:
+        batch = _decode_alike(buf, run)
+        if batch is not None:
+            return batch
     heads = run.headers
     simple = (
         (heads["codec"] == CODEC_NONE)
@@ -1308,6 +1469,61 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
             pieces[-1].position = positions[j]
         i = j + 1
     return concat_batches(pieces)
+
+
+def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch | None:
+    """:func:`_decode_simple` for the commonest run: batches of one length (known
+    simple, flags alike), no headers, and every record with the first one's key and
+    value lengths, neither absent. The lengths are then two numbers: they are checked
+    against every batch's length columns and body length in two comparisons, and each
+    blob is one column range of the rows. ``None`` for any other run."""
+    n, length = len(run), run.length
+    heads = run.headers
+    header_size = BATCH_HEADER.size
+    body = length - header_size
+    if int(heads["flags"][0]) & FLAG_HEADERS:
+        return None
+    first = int(run.positions[0])
+    rows = np.frombuffer(buf, dtype=np.uint8, count=run.end)[first:].reshape(n, length)
+    # key and value lengths as one 8-byte word per batch: one comparison checks both
+    pair = rows[:, header_size : header_size + 8].view("<u8")[:, 0]
+    both = int(pair[0])
+    key_length, value_length = _TWO_LENGTHS.unpack(both.to_bytes(8, "little"))
+    if key_length < 0 or value_length < 0 or 8 + key_length + value_length != body:
+        return None
+    if not bool((pair == both).all() and (heads["body_length"] == body).all()):
+        return None
+    at = header_size + 8
+    keys = rows[:, at : at + key_length]
+    values = rows[:, at + key_length :]
+    base = heads["base_offset"].astype(np.int64) if run.bases is None else run.bases
+    timestamps = heads["first_ts"].astype(np.int64)
+    header = BatchHeader(
+        run.end - first,
+        0,
+        BATCH_MAGIC,
+        CODEC_NONE,
+        0,
+        int(base[0]),
+        n,
+        int(base[-1]) + int(heads["last_delta"][-1]) - int(base[0]),
+        int(timestamps[0]),
+        int(heads["max_ts"].max()),
+        0,
+    )
+    return RecordBatch(
+        header,
+        first,
+        base,
+        timestamps,
+        np.full(n, key_length, dtype=np.int32),
+        np.full(n, value_length, dtype=np.int32),
+        _cells(keys).tobytes() if key_length else b"",
+        _cells(values).tobytes() if value_length else b"",
+        None,
+        None,
+        n,
+    )
 
 
 def _decode_simple(
