@@ -1488,7 +1488,7 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
     # key and value lengths as one 8-byte word per batch: one comparison checks both
     pair = rows[:, header_size : header_size + 8].view("<u8")[:, 0]
     both = int(pair[0])
-    key_length, value_length = _TWO_LENGTHS.unpack(both.to_bytes(8, "little"))
+    key_length, value_length = TWO_LENGTHS.unpack(both.to_bytes(8, "little"))
     if key_length < 0 or value_length < 0 or 8 + key_length + value_length != body:
         return None
     if not bool((pair == both).all() and (heads["body_length"] == body).all()):
