@@ -31,6 +31,7 @@ import mmap
 import os
 
 WINDOW_BYTES = 1 << 20  # reserved and mapped at a time (one posix_fallocate and mmap each)
+AVAILABLE = hasattr(os, "posix_fallocate")  # (not on every platform: pwrite there)
 _GRANULE = mmap.ALLOCATIONGRANULARITY
 
 # posix_fallocate failures that mean "not now" (the next window may fit) rather than

@@ -86,6 +86,7 @@ from .segment import (
     segment_path,
     write_index,
 )
+from .tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
 from .tailmap import RETRYABLE, TailWindow, only_zeros
 
 SPACE_CHECK_SECONDS = 0.5
@@ -174,7 +175,7 @@ class SegmentWriter:
         # an exclusive writer stores plain records into a mapped, reserved window of the
         # active segment instead of a pwrite each (tailmap.py); False once the file system
         # refused to reserve room for good (or a test wants the pwrite path)
-        self.map_tail = exclusive
+        self.map_tail = exclusive and TAIL_MAP_AVAILABLE
         self._sync_always = config.sync == "always"
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms if config.segment_ms is not None else 1 << 62
