@@ -256,3 +256,19 @@ def test_a_log_of_varied_single_appends_reads_back_and_reports_damage(tmp_path):
     with compactlog.open(path, read_only=True) as log, pytest.raises(CorruptLogError) as error:
         sum(len(b) for b in log.read_batches())
     assert error.value.position == target
+
+
+@pytest.mark.parametrize("length", [0, 1, 4, 47, 48, 49])
+@pytest.mark.parametrize("index", [0, 2, 7])
+def test_a_length_field_too_short_for_a_header_ends_a_varied_run_there(length, index):
+    buf, where = build_segment(single_appends([b"v" * (3 * i % 11) for i in range(10)]))
+    pos = where[index][0]
+    damaged = bytearray(buf)
+    damaged[pos : pos + 4] = length.to_bytes(4, "little")
+    run = scan_small_run(bytes(damaged), HEADER_SIZE, len(damaged))
+    if index < 2:
+        assert run is None
+    else:
+        assert run is not None
+        assert run.positions.tolist() == [p for p, _ in where[:index]]
+        assert run.end == pos
