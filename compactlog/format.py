@@ -49,6 +49,7 @@ of a log)::
 
 from __future__ import annotations
 
+import mmap
 import struct
 import threading
 from array import array
@@ -1170,7 +1171,10 @@ def _walk(
             if previous >= 0:
                 # lengths vary (records of varied sizes): step on through the rest
                 uniform = False
-                pos = _step(buf, pos, stop, max_batches - taken - len(found), found)
+                parts.append(np.array(found, dtype=np.int64))
+                taken += len(found)
+                found.clear()
+                pos = _chase(buf, pos, stop, max_batches - taken, parts, found)
                 break
             previous = length
             same = 0
@@ -1296,6 +1300,92 @@ def _step(buf: Any, pos: int, stop: int, turns: int, found: list[int]) -> int:
     except struct.error:  # fewer than 4 bytes left in the buffer
         pass
     return pos
+
+
+_CHASE_SPACING = 4096  # bytes between the places where _chase starts a chain
+_CHASE_MIN_BYTES = 8 * _CHASE_SPACING  # less to walk: _step alone
+
+
+def _chase(
+    buf: Any, pos: int, stop: int, turns: int, parts: list[np.ndarray], found: list[int]
+) -> int:
+    """:func:`_step`, the length fields followed by numpy along many chains at once:
+    the positions it finds are appended to ``parts`` as arrays (and to ``found`` where
+    it falls back to :func:`_step`); returns where they end.
+
+    Why: following the lengths one batch at a time costs about 130 ns a batch in Python.
+    Here the walk starts anew every :data:`_CHASE_SPACING` bytes, at the first place
+    after it that looks like the start of a batch (the batch at ``pos``'s count and
+    last-delta bytes, found by ``find``, with a length that matches its body length),
+    and all those chains are followed together, one numpy step for one batch of each.
+    Nothing found this way is trusted: chain ``j`` (from the true ``pos`` for the
+    first) must land exactly on the start of chain ``j + 1``, so every position is the
+    one a walk from ``pos`` reaches, with the same checks (a length of at least a
+    header, the batch whole below ``stop``). Where a chain ends elsewhere (a start
+    that only looked like a batch) the chains after it are dropped and :func:`_step`
+    walks on from where it ended; where a batch fails the checks, the walk ends there.
+    """
+    header_size = BATCH_HEADER.size
+    if (
+        stop - pos < _CHASE_MIN_BYTES
+        or turns < (stop - pos) // header_size + 1
+        or not isinstance(buf, bytes | mmap.mmap)
+    ):
+        return _step(buf, pos, stop, turns, found)
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    fields = np.ndarray((len(raw) - 3,), "<u4", raw, 0, (1,))  # a u4 at every byte
+    # where a chain may be read (past ``stop`` for the chains that are done): a position
+    # in the last 3 bytes reads the u4 before it instead, and such a batch fails the
+    # checks below whatever it reads (no room for a header before ``stop``)
+    limit = len(raw) - 4
+    pattern = buf[pos + 20 : pos + 28]  # count and last delta
+    find = buf.find
+    starts = [pos]
+    for at in range(pos + _CHASE_SPACING, stop - header_size, _CHASE_SPACING):
+        hit = find(pattern, at + 20, stop)
+        if hit < 0:
+            break
+        starts.append(hit - 20)
+    points = np.unique(np.array(starts, dtype=np.int64))
+    # (a start whose length is not its body length + header is no simple batch: dropped)
+    later = points[1:]
+    later = later[later <= stop - header_size]
+    looks = (fields[later] == fields[later + 44].astype(np.int64) + header_size) & (
+        later + fields[later] <= stop
+    )
+    points = np.concatenate([points[:1], later[looks]])
+    targets = np.append(points[1:], stop)
+    # a chain of valid batches takes at most (its span // header_size) steps; one that
+    # takes more has a bad length (checked below) and is stopped there
+    steps = int((targets - points).max()) // header_size + 1
+    at_ = points
+    walked: list[np.ndarray] = []  # where each chain is before each step
+    for _ in range(steps):
+        moving = at_ < targets
+        if not bool(moving.any()):
+            break
+        walked.append(at_)
+        # (a chain that is done stays where it is, and may be past the buffer: clipped)
+        at_ = at_ + fields[np.minimum(at_, limit)] * moving
+    # chains in order, up to the first that does not end on the next one's start; a
+    # chain's positions are where it was before its steps while short of its target
+    wrong = at_ != targets
+    j = int(np.argmax(wrong)) if bool(wrong.any()) else len(points) - 1
+    chained = np.stack(walked, axis=1)[: j + 1]
+    positions = chained[chained < targets[: j + 1, None]]
+    # the checks of _step, for every batch at once: the walk ends at the first that fails
+    lengths = fields[np.minimum(positions, limit)].astype(np.int64)
+    bad = np.flatnonzero((lengths < header_size) | (positions + lengths > stop))
+    if bad.size:
+        cut = int(bad[0])
+        parts.append(positions[:cut])
+        return int(positions[cut])
+    parts.append(positions)
+    end = int(at_[j])
+    if bool(wrong[j]):
+        # chain j passed the start of chain j + 1 (a start that only looked like one)
+        end = _step(buf, end, stop, turns - len(positions), found)
+    return end
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None

@@ -25,9 +25,11 @@ from compactlog.format import (
     CODEC_ZSTD,
     SMALL_BATCH_RECORDS,
     RecordBatch,
+    _chase,
     _continue_crc,
     _layout,
     _split,
+    _step,
     check_batch,
     crc32c,
     scan_small_run,
@@ -272,3 +274,108 @@ def test_a_length_field_too_short_for_a_header_ends_a_varied_run_there(length, i
         assert run is not None
         assert run.positions.tolist() == [p for p, _ in where[:index]]
         assert run.end == pos
+
+
+# -- long runs: the length fields followed along many chains at once (format._chase) ----------
+
+
+def chased(buf, pos, stop, turns=1 << 30):
+    parts, found = [], []
+    end = _chase(buf, pos, stop, turns, parts, found)
+    return [p for part in parts for p in part.tolist()] + found, end
+
+
+def stepped(buf, pos, stop, turns=1 << 30):
+    found = []
+    return found, _step(buf, pos, stop, turns, found)
+
+
+def look_alike(length):
+    """Bytes that look like the start of a single append's batch (count 1, last delta 0,
+    length = body length + header), to put in values."""
+    fake = bytearray(48)
+    fake[0:4] = length.to_bytes(4, "little")
+    fake[20:28] = (1).to_bytes(8, "little")
+    fake[44:48] = max(length - 48, 0).to_bytes(4, "little")
+    return bytes(fake)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=450, max_size=700),
+    fakes=st.lists(st.tuples(st.integers(0, 899), st.integers(0, 400)), max_size=6),
+    damage=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+    stop_back=st.integers(0, 5000),
+    data=st.data(),
+)
+def test_chains_find_exactly_what_stepping_finds(sizes, fakes, damage, stop_back, data):
+    values = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    for index, length in fakes:  # values that look like batches (of any length)
+        if index < len(values):
+            values[index] = look_alike(length) + values[index]
+    buf, where = build_segment(single_appends(values))
+    damaged = bytearray(buf)
+    for at, value in damage:
+        if HEADER_SIZE <= at < len(damaged):
+            damaged[at] = value
+    damaged = bytes(damaged)
+    start = data.draw(st.sampled_from([p for p, _ in where[:5]]))
+    stop = max(start, len(damaged) - stop_back)
+    assert chased(damaged, start, stop) == stepped(damaged, start, stop)
+    with mmap.mmap(-1, len(damaged)) as mapped:
+        mapped[:] = damaged
+        assert chased(mapped, start, stop) == stepped(mapped, start, stop)
+    if not damage:
+        positions, end = chased(buf, where[0][0], len(buf))
+        assert positions == [p for p, _ in where] and end == len(buf)
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+@pytest.mark.parametrize("index", [3, 700, 1499])
+def test_a_damaged_batch_ends_a_long_varied_run_at_its_own_position(field, index):
+    rng = np.random.default_rng(index)
+    values = [rng.bytes(int(n)) for n in rng.integers(0, 200, size=1500)]
+    buf, where = build_segment(single_appends(values))
+    pos = where[index][0]
+    end = where[index + 1][0] if index + 1 < len(where) else len(buf)
+    at = FIELDS[field](pos)
+    damaged = bytearray(buf)
+    damaged[end - 1 if at is None else at] ^= 0x40
+    for data in (bytes(damaged), bytes(buf)):
+        run = scan_small_run(data, HEADER_SIZE, len(data))
+        assert run is not None
+        expected = index if data != buf else len(where)
+        assert run.positions.tolist() == [p for p, _ in where[:expected]]
+    if field == "body" and index == 700:
+        check_same_as_columnar(buf)
+
+
+def test_a_long_varied_run_with_batches_that_look_alike_in_its_values():
+    values = [look_alike(48 + 7 * (i % 30)) * (i % 4) + b"v" * (i % 13) for i in range(3000)]
+    buf, where = build_segment(single_appends(values))
+    assert chased(buf, HEADER_SIZE, len(buf)) == ([p for p, _ in where], len(buf))
+    check_same_as_columnar(buf)
+
+
+@pytest.mark.parametrize("length", [0, 1, 47, 48, 49])
+def test_a_length_field_too_short_for_a_header_ends_a_long_varied_run_there(length):
+    values = [b"v" * (7 * i % 150) for i in range(1500)]
+    buf, where = build_segment(single_appends(values))
+    pos = where[700][0]
+    damaged = bytearray(buf)
+    damaged[pos : pos + 4] = length.to_bytes(4, "little")
+    damaged = bytes(damaged)
+    assert chased(damaged, HEADER_SIZE, len(damaged)) == stepped(damaged, HEADER_SIZE, len(damaged))
+    run = scan_small_run(damaged, HEADER_SIZE, len(damaged))
+    assert run is not None and run.end == pos
+    assert run.positions.tolist() == [p for p, _ in where[:700]]
+
+
+@pytest.mark.parametrize("back", [-1, 0, 1, 2, 3, 47, 48, 49])
+def test_a_long_varied_run_ends_where_a_batch_would_pass_the_stop(back):
+    values = [b"v" * (7 * i % 150) for i in range(1500)]
+    buf, where = build_segment(single_appends(values))
+    stop = where[1200][0] - back
+    positions, end = chased(buf, HEADER_SIZE, stop)
+    assert (positions, end) == stepped(buf, HEADER_SIZE, stop)
+    assert positions == [p for p, _ in where[: 1200 if back <= 0 else 1199]]
