@@ -5,8 +5,10 @@ written by its own ``log.append`` (so every record is a one-record batch on disk
 JLog's users and most changelog producers write). The values are one repeated 100-byte
 string (as in ``bench_jlog``) or, with ``--random-values``, random bytes: the first lets the
 reader check the CRCs of a run with table lookups on the few byte columns that vary
-(``format.rows_crcs``), the second costs one ``crc32c`` call per batch. Then, each the
-median of ``repeat`` full scans:
+(``format.rows_crcs``), the second costs one ``crc32c`` call per batch. With
+``--varied-sizes`` the values are random bytes of a random length from 50 to 150 (so the
+stored batches differ in length from append to append, and the reader cannot treat a run
+as rows of one length). Then, each the median of ``repeat`` full scans:
 
 ``read()``          ``Record`` objects, the whole log
 ``read_batches()``  columnar batches (runs of small batches come back as one batch)
@@ -46,9 +48,14 @@ def segment_bytes_for(records: int) -> int:
     return max(16 << 10, min(SEGMENT_BYTES, records * STORED_RECORD // 10))
 
 
-def _write(path: str, records: int, random_values: bool = False) -> float:
+def _write(
+    path: str, records: int, random_values: bool = False, varied_sizes: bool = False
+) -> float:
     config = {"sync": "os", "segment_bytes": segment_bytes_for(records)}
-    values = _random_values(records) if random_values else [VALUE] * records
+    if varied_sizes:
+        values = _varied_values(records)
+    else:
+        values = _random_values(records) if random_values else [VALUE] * records
     with compactlog.open(path, **config) as log:
         append = log.append
         started = time.perf_counter()
@@ -61,6 +68,14 @@ def _write(path: str, records: int, random_values: bool = False) -> float:
 def _random_values(records: int) -> list[bytes]:
     data = random.Random(12).randbytes(records * len(VALUE))
     return [data[i : i + len(VALUE)] for i in range(0, len(data), len(VALUE))]
+
+
+def _varied_values(records: int) -> list[bytes]:
+    """Random bytes of a random length in [50, 150] each (100 on average, as the others)."""
+    rng = random.Random(13)
+    data = rng.randbytes(records * 150)
+    lengths = [rng.randint(50, 150) for _ in range(records)]
+    return [data[i * 150 : i * 150 + n] for i, n in enumerate(lengths)]
 
 
 def _segment_bytes(path: str) -> int:
@@ -99,11 +114,12 @@ def run(
     repeat: int = 3,
     root: str | None = None,
     random_values: bool = False,
+    varied_sizes: bool = False,
 ) -> dict[str, Any]:
     """Write, scan, compact, scan again; figures as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-readback-", dir=root) as scratch:
         path = os.path.join(scratch, "log")
-        append_rate = _write(path, records, random_values)
+        append_rate = _write(path, records, random_values, varied_sizes)
         before_bytes = _segment_bytes(path)
         before = _scans(path, records, repeat)
         with compactlog.open(path) as log:
@@ -116,7 +132,13 @@ def run(
         "setup": {
             "records": records,
             "record": "16 B key + 100 B value, distinct keys, one log.append each",
-            "values": "random bytes" if random_values else "one repeated string",
+            "values": (
+                "random bytes of 50-150 B"
+                if varied_sizes
+                else "random bytes"
+                if random_values
+                else "one repeated string"
+            ),
             "segment_bytes": segment_bytes_for(records),
             "repeat": repeat,
             "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -144,8 +166,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--random-values", action="store_true", help="random 100-byte values (default: one)"
     )
+    parser.add_argument(
+        "--varied-sizes",
+        action="store_true",
+        help="random values of 50-150 bytes (records of varied sizes)",
+    )
     args = parser.parse_args(argv)
-    result = run(args.records, args.repeat, random_values=args.random_values)
+    result = run(
+        args.records,
+        args.repeat,
+        random_values=args.random_values,
+        varied_sizes=args.varied_sizes,
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return

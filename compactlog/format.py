@@ -764,28 +764,29 @@ class RecordBatch:
 
 
 def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
-    raw = blob if isinstance(blob, bytes) else None
-    if len(lengths) and int(lengths.min()) < 0:
-        raw = raw if raw is not None else bytes(blob)
-        out: list[bytes | None] = []
-        pos = 0
-        for n in lengths.tolist():
-            if n < 0:
-                out.append(None)
-            else:
-                out.append(raw[pos : pos + n])
-                pos += n
-        return out
-    first = int(lengths[0]) if len(lengths) else 0
-    if len(lengths) and (lengths == first).all():
+    """The items of ``blob`` cut at ``lengths`` (a negative length: ``None``, no bytes)."""
+    n = len(lengths)
+    if not n:
+        return []
+    first = int(lengths[0])
+    if first >= 0 and bool((lengths == first).all()):
         if not first:
-            return [b""] * len(lengths)
+            return [b""] * n
         # equal lengths: numpy cuts the blob into bytes objects ("V" items keep NUL bytes)
-        return np.frombuffer(blob, dtype=f"V{first}", count=len(lengths)).tolist()
-    raw = raw if raw is not None else bytes(blob)
-    ends = np.cumsum(lengths, dtype=np.int64).tolist()
-    starts = [0, *ends[:-1]]
-    return [raw[s:e] for s, e in zip(starts, ends, strict=True)]
+        return np.frombuffer(blob, dtype=f"V{first}", count=n).tolist()
+    sizes = np.maximum(lengths, 0)
+    out: list[bytes | None]
+    if int(sizes.sum()) > len(blob):  # (not from a decoder, which checks the sizes)
+        raw = bytes(blob)
+        ends = np.cumsum(sizes, dtype=np.int64).tolist()
+        out = [raw[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+    else:
+        # lengths that vary: one struct unpack cuts every item, no slice object each
+        out = list(_layout((sizes, b"s"), count=n).unpack_from(blob))
+    if int(lengths.min()) < 0:
+        for i in np.flatnonzero(lengths < 0).tolist():
+            out[i] = None
+    return out
 
 
 def _columns_batch(
@@ -1056,16 +1057,15 @@ def scan_small_run(
             bad, simple, bases = alike
             return _cut(SmallRun(positions, heads, pos, length, simple, bases), bad)
     else:
-        starts = found if isinstance(found, list) else found.tolist()
-        block = _rows_at(raw, positions, header_size)
+        # lengths that vary: every header gathered as one 48-byte item, every body cut out
+        # as a bytes object by one struct unpack (no slice object per batch), each body's
+        # CRC one crc32c call, continued over its header for all batches at once
+        block = _items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
         heads = block.view(_HEADER_DTYPE).ravel()
-        # bytes slices: crc32c reads them at once, and a bytes or mmap slice costs half a
-        # memoryview slice
-        getitem = (
-            buf.__getitem__ if isinstance(buf, bytes | mmap.mmap) else memoryview(buf).__getitem__
-        )
-        spans = map(slice, (positions + header_size).tolist(), [*starts[1:], pos])
-        body_crcs = np.fromiter(map(crc32c, map(getitem, spans)), dtype=np.uint32, count=n)
+        body_lengths = np.diff(positions, append=pos) - header_size
+        layout = _layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
+        bodies = layout.unpack_from(buf, int(positions[0]))
+        body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
         crcs = _continue_crc(body_crcs, block[:, CRC_START:])
     count = heads["count"].astype(np.int64)
     bad = (
@@ -1133,14 +1133,16 @@ def _walk(
     """Positions of consecutive small batches whose lengths keep them whole below
     ``stop`` (nothing else is checked here), where they end, and their one length when
     they all have one (each length field was read, or leapt over as equal to it), else 0.
-    The positions are an int64 array, or the list the walk made when it stepped on each
-    batch (lengths that vary: the caller needs them as a list too).
+    The positions are an int64 array (an empty list when there is no batch).
 
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
     lengths in a row (single appends of records of one size), the length and count
     fields of the batches that would follow at that spacing are read as one numpy
     column and the walk leaps over every one that matches. The positions of a leap are
-    never made one by one: a run of one length is an ``arange``.
+    never made one by one: a run of one length is an ``arange``. At the first length
+    that differs from the one before (records of varied sizes), the rest is walked by
+    :func:`_step`, which reads only the length fields, and the count fields of the
+    batches it found are checked here at once.
     """
     first = pos
     found: list[int] = []  # positions stepped on since the last leap
@@ -1167,7 +1169,13 @@ def _walk(
         pos = following
         if length != previous:
             if previous >= 0:
+                # lengths vary (records of varied sizes): step on through the rest
                 uniform = False
+                parts.append(np.array(found, dtype=np.int64))
+                taken += len(found)
+                found.clear()
+                pos = _chase(buf, pos, stop, max_batches - taken, parts, found)
+                break
             previous = length
             same = 0
         elif same + 1 < leap_after:
@@ -1197,12 +1205,187 @@ def _walk(
     positions: np.ndarray | list[int] = found
     if uniform and previous > 0:  # (one arange rather than the parts joined)
         positions = np.arange(first, pos, previous, dtype=np.int64)
+    elif not uniform:
+        # stepped on with _step: its batches' counts are checked here, all at once
+        positions = np.frombuffer(array("q", found), dtype=np.int64)
+        if parts:
+            positions = np.concatenate([*parts, positions])
+        raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
+        counts = np.ndarray((pos - 23,), "<u4", raw, 20, (1,))[positions]
+        over = np.flatnonzero(counts > small)
+        if over.size:
+            pos = int(positions[over[0]])
+            positions = positions[: over[0]]
     elif parts:
         positions = np.concatenate([*parts, np.array(found, dtype=np.int64)])
     if len(positions) > max_batches:  # (steps after a leap)
         pos = int(positions[max_batches])
         positions = positions[:max_batches]
     return positions, pos, previous if uniform and previous > 0 else 0
+
+
+_DIGITS: dict[int, np.ndarray] = {}
+_TABLE_WIDTH = 4  # counts below 10**4 are written by one table lookup each
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    """``values`` (>= 0) as rows of fixed-width zero-padded ASCII decimal digits."""
+    width = len(str(int(values.max())))
+    if width <= _TABLE_WIDTH:
+        table = _DIGITS.get(width)
+        if table is None:
+            text = "".join(f"{v:0{width}d}" for v in range(10**width)).encode()
+            table = _DIGITS[width] = np.frombuffer(text, dtype=np.uint8).reshape(-1, width)
+        return table[values]
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.uint64)
+    return (values.astype(np.uint64)[:, None] // powers % np.uint64(10) + np.uint64(48)).astype(
+        np.uint8
+    )
+
+
+def _layout(*columns: tuple[np.ndarray | bytes, bytes], count: int) -> struct.Struct:
+    """A ``struct`` layout of ``count`` consecutive items, item ``i`` made of, for each
+    column in turn, ``counts[i]`` repetitions of the column's format code (``x`` skips
+    bytes, ``s`` takes them as one ``bytes`` object); a column whose counts are ``bytes``
+    has that one (decimal) count for every item.
+
+    Why: one ``unpack_from`` with this layout cuts a buffer into ``bytes`` objects of
+    lengths that vary, in C, at a fraction of the cost of a slice object and a
+    ``__getitem__`` call per piece. The format is written by numpy as fixed-width
+    zero-padded decimal counts (``struct`` reads ``048x`` as ``48x``), not formatted
+    number by number. Every count must be >= 0."""
+    if not count:
+        return struct.Struct(b"")
+    parts = []
+    for counts, code in columns:
+        if isinstance(counts, bytes):
+            text = np.frombuffer(counts + code, dtype=np.uint8)
+            parts.append(np.broadcast_to(text, (count, len(text))))
+        else:
+            parts.append(_digits(counts))
+            parts.append(np.full((count, 1), code[0], dtype=np.uint8))
+    return struct.Struct(np.hstack(parts).tobytes())
+
+
+def _items_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """``raw[start : start + width]`` for every start, as one opaque (``V``) item each
+    (a copy at memcpy speed, where a 2-D gather copies a byte at a time)."""
+    windows = np.ndarray((len(raw) - width + 1,), f"V{width}", raw, 0, (1,))
+    return windows[starts]
+
+
+_LENGTH = struct.Struct("<I")
+
+
+def _step(buf: Any, pos: int, stop: int, turns: int, found: list[int]) -> int:
+    """:func:`_walk` for lengths that vary: up to ``turns`` more batches whose lengths
+    keep them whole below ``stop``, found one length field at a time, their positions
+    appended to ``found``; returns where they end. The count fields are left to the
+    caller, which checks them for all these batches at once.
+
+    Why a loop of its own: the fewest Python operations per batch (one ``unpack_from``,
+    two comparisons), about 2/3 of the cost of :func:`_walk`'s loop, which also tracks
+    equal lengths for its leaps."""
+    unpack = _LENGTH.unpack_from
+    header_size = BATCH_HEADER.size
+    append = found.append
+    try:
+        for _ in range(turns):
+            (length,) = unpack(buf, pos)
+            following = pos + length
+            if length < header_size or following > stop:
+                break
+            append(pos)
+            pos = following
+    except struct.error:  # fewer than 4 bytes left in the buffer
+        pass
+    return pos
+
+
+_CHASE_SPACING = 4096  # bytes between the places where _chase starts a chain
+_CHASE_MIN_BYTES = 8 * _CHASE_SPACING  # less to walk: _step alone
+
+
+def _chase(
+    buf: Any, pos: int, stop: int, turns: int, parts: list[np.ndarray], found: list[int]
+) -> int:
+    """:func:`_step`, the length fields followed by numpy along many chains at once:
+    the positions it finds are appended to ``parts`` as arrays (and to ``found`` where
+    it falls back to :func:`_step`); returns where they end.
+
+    Why: following the lengths one batch at a time costs about 130 ns a batch in Python.
+    Here the walk starts anew every :data:`_CHASE_SPACING` bytes, at the first place
+    after it that looks like the start of a batch (the batch at ``pos``'s count and
+    last-delta bytes, found by ``find``, with a length that matches its body length),
+    and all those chains are followed together, one numpy step for one batch of each.
+    Nothing found this way is trusted: chain ``j`` (from the true ``pos`` for the
+    first) must land exactly on the start of chain ``j + 1``, so every position is the
+    one a walk from ``pos`` reaches, with the same checks (a length of at least a
+    header, the batch whole below ``stop``). Where a chain ends elsewhere (a start
+    that only looked like a batch) the chains after it are dropped and :func:`_step`
+    walks on from where it ended; where a batch fails the checks, the walk ends there.
+    """
+    header_size = BATCH_HEADER.size
+    if (
+        stop - pos < _CHASE_MIN_BYTES
+        or turns < (stop - pos) // header_size + 1
+        or not isinstance(buf, bytes | mmap.mmap)
+    ):
+        return _step(buf, pos, stop, turns, found)
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    fields = np.ndarray((len(raw) - 3,), "<u4", raw, 0, (1,))  # a u4 at every byte
+    # where a chain may be read (past ``stop`` for the chains that are done): a position
+    # in the last 3 bytes reads the u4 before it instead, and such a batch fails the
+    # checks below whatever it reads (no room for a header before ``stop``)
+    limit = len(raw) - 4
+    pattern = buf[pos + 20 : pos + 28]  # count and last delta
+    find = buf.find
+    starts = [pos]
+    for at in range(pos + _CHASE_SPACING, stop - header_size, _CHASE_SPACING):
+        hit = find(pattern, at + 20, stop)
+        if hit < 0:
+            break
+        starts.append(hit - 20)
+    points = np.unique(np.array(starts, dtype=np.int64))
+    # (a start whose length is not its body length + header is no simple batch: dropped)
+    later = points[1:]
+    later = later[later <= stop - header_size]
+    looks = (fields[later] == fields[later + 44].astype(np.int64) + header_size) & (
+        later + fields[later] <= stop
+    )
+    points = np.concatenate([points[:1], later[looks]])
+    targets = np.append(points[1:], stop)
+    # a chain of valid batches takes at most (its span // header_size) steps; one that
+    # takes more has a bad length (checked below) and is stopped there
+    steps = int((targets - points).max()) // header_size + 1
+    at_ = points
+    walked: list[np.ndarray] = []  # where each chain is before each step
+    for _ in range(steps):
+        moving = at_ < targets
+        if not bool(moving.any()):
+            break
+        walked.append(at_)
+        # (a chain that is done stays where it is, and may be past the buffer: clipped)
+        at_ = at_ + fields[np.minimum(at_, limit)] * moving
+    # chains in order, up to the first that does not end on the next one's start; a
+    # chain's positions are where it was before its steps while short of its target
+    wrong = at_ != targets
+    j = int(np.argmax(wrong)) if bool(wrong.any()) else len(points) - 1
+    chained = np.stack(walked, axis=1)[: j + 1]
+    positions = chained[chained < targets[: j + 1, None]]
+    # the checks of _step, for every batch at once: the walk ends at the first that fails
+    lengths = fields[np.minimum(positions, limit)].astype(np.int64)
+    bad = np.flatnonzero((lengths < header_size) | (positions + lengths > stop))
+    if bad.size:
+        cut = int(bad[0])
+        parts.append(positions[:cut])
+        return int(positions[cut])
+    parts.append(positions)
+    end = int(at_[j])
+    if bool(wrong[j]):
+        # chain j passed the start of chain j + 1 (a start that only looked like one)
+        end = _step(buf, end, stop, turns - len(positions), found)
+    return end
 
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
@@ -1250,10 +1433,25 @@ def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
         ^ zero[3][registers >> 24]
     )
     head = messages[0]
-    acc = np.full(len(messages), crc32c(head.tobytes(), ones) ^ ones, dtype=np.uint32)
-    for i in np.flatnonzero((messages != head).any(axis=0)).tolist():
-        acc ^= part[i][messages[:, i]] ^ part[i][head[i]]
-    return (shifted ^ acc) ^ np.uint32(ones)
+    constant = crc32c(head.tobytes(), ones) ^ ones
+    width = messages.shape[1]
+    if width % 8 == 0 and messages.strides[1] == 1 and messages.strides[0] % 8 == 0:
+        # the varying byte positions found 8 at a time: the OR of every row's XOR with the
+        # first row, as words, has a nonzero byte exactly where some row differs (a column
+        # at a time: numpy reduces a narrow 2-D array over its rows slowly)
+        words = messages.view("<u8")
+        varying = []
+        for j in range(width // 8):
+            column = words[:, j]
+            folded = int(np.bitwise_or.reduce(column ^ column[0]))
+            varying += [8 * j + b for b in range(8) if (folded >> (8 * b)) & 0xFF]
+    else:
+        varying = np.flatnonzero((messages != head).any(axis=0)).tolist()
+    acc = np.full(len(messages), 0, dtype=np.uint32)
+    for i in varying:
+        acc ^= part[i][messages[:, i]]
+        constant ^= int(part[i][head[i]])
+    return (shifted ^ acc) ^ np.uint32(constant ^ ones)
 
 
 _ROWS_CRC_MAX_LENGTH = 4096  # longer batches: one crc32c call each (tables would be large)
@@ -1541,13 +1739,13 @@ def _decode_simple(
         (body == heads["length"].astype(np.int64) - header_size).all() and (body >= columns).all()
     ):
         raise ValueError("column lengths do not add up to the batch body")
-    lengths = _rows_at(raw, positions + header_size, 8).view("<i4")
-    key_lengths = np.ascontiguousarray(lengths[:, 0])
-    value_lengths = np.ascontiguousarray(lengths[:, 1])
+    lengths = _items_at(raw, positions + header_size, 8).view("<i4")
+    key_lengths = np.ascontiguousarray(lengths[0::2])
+    value_lengths = np.ascontiguousarray(lengths[1::2])
     header_lengths = np.zeros(n, dtype=np.int32)
     if any_headers:
         at = positions[has_headers] + header_size + 8
-        header_lengths[has_headers] = _rows_at(raw, at, 4).view("<i4").ravel()
+        header_lengths[has_headers] = _items_at(raw, at, 4).view("<i4")
     klen = np.maximum(key_lengths, 0).astype(np.int64)
     vlen = np.maximum(value_lengths, 0).astype(np.int64)
     sizes = columns + klen + vlen + header_lengths
@@ -1572,16 +1770,28 @@ def _decode_simple(
         keys_blob = rows[:, at : at + k].tobytes()
         values_blob = rows[:, at + k : at + k + v].tobytes()
         headers_blob = rows[:, at + k + v : at + k + v + h].tobytes() if any_headers else None
-    else:
+    elif not any_headers and _same(klen):
         # the run is its batches back to back, each exactly header + columns + key +
-        # value + headers (checked above): label every byte of the run with its part and
-        # take each part's bytes with one mask
-        parts = np.stack([header_size + columns, klen, vlen, hlen], axis=1).ravel()
-        labels = np.repeat(np.tile(_PARTS, n), parts)
-        region = raw[first:end]
-        keys_blob = region[labels == 1].tobytes()
-        values_blob = region[labels == 2].tobytes()
-        headers_blob = region[labels == 3].tobytes() if any_headers else None
+        # value + headers (checked above). Keys of one length (the common case): each key
+        # is one fixed-width item; the values are cut out by one struct unpack that skips
+        # every header, columns and key (the skip is then one number)
+        k = int(klen[0])
+        at = positions + header_size + 8
+        keys_blob = _items_at(raw, at, k).tobytes() if k else b""
+        skip = b"%d" % (header_size + 8 + k)
+        values = _layout((skip, b"x"), (vlen, b"s"), count=n).unpack_from(buf, first)
+        values_blob = b"".join(values)
+        headers_blob = None
+    else:
+        # any layout: one struct unpack yields every key, value and headers blob
+        columns_ = [(header_size + columns, b"x"), (klen, b"s"), (vlen, b"s")]
+        if any_headers:
+            columns_.append((hlen, b"s"))
+        pieces = _layout(*columns_, count=n).unpack_from(buf, first)
+        step = len(columns_) - 1
+        keys_blob = b"".join(pieces[0::step])
+        values_blob = b"".join(pieces[1::step])
+        headers_blob = b"".join(pieces[2::step]) if any_headers else None
     base = heads["base_offset"]
     header = BatchHeader(
         end - int(positions[0]),
@@ -1613,18 +1823,6 @@ def _decode_simple(
 
 def _same(values: np.ndarray) -> bool:
     return not len(values) or bool((values == values[0]).all())
-
-
-_PARTS = np.arange(4, dtype=np.uint8)  # a batch's parts: header + columns, key, value, headers
-
-
-def _rows_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """``raw[start : start + width]`` for every start, as the rows of an (n, width) array
-    (one copy through a strided view of every window, no per-byte index)."""
-    windows = np.lib.stride_tricks.as_strided(
-        raw, shape=(len(raw) - width + 1, width), strides=(1, 1), writeable=False
-    )
-    return windows[starts]
 
 
 def concat_columns(
