@@ -124,3 +124,21 @@ class FailingFS(FileSystem):
         if self.free is not None:
             return self.free
         return super().free_bytes(directory)
+
+
+def assert_run_matches(batch, covered) -> None:
+    """``batch``, a run decoded at once, holds exactly the records of the stored batches
+    ``covered`` decoded one by one, column by column."""
+    from compactlog.format import RecordBatch
+
+    assert batch.offsets.tolist() == [o for b in covered for o in b.offsets.tolist()]
+    assert batch.timestamps.tolist() == [t for b in covered for t in b.timestamps.tolist()]
+    assert batch.key_lengths.tolist() == [n for b in covered for n in b.key_lengths.tolist()]
+    assert batch.value_lengths.tolist() == [n for b in covered for n in b.value_lengths.tolist()]
+    assert bytes(batch.keys_blob) == b"".join(bytes(b.keys_blob) for b in covered)
+    assert bytes(batch.values_blob) == b"".join(bytes(b.values_blob) for b in covered)
+    assert batch.headers() == [h for b in covered for h in b.headers()]
+    assert batch.keys() == [key for b in covered for key in RecordBatch.keys(b)]
+    assert batch.values() == [value for b in covered for value in RecordBatch.values(b)]
+    assert batch.base_offset == covered[0].base_offset
+    assert batch.next_offset == covered[-1].next_offset

@@ -39,7 +39,7 @@ from compactlog.format import (
 from compactlog.segment import HEADER_SIZE, SegmentReader, list_segments
 
 from .compaction_helpers import Model, check_log
-from .helpers import batch_positions, body_position, flip_bit, segment_files
+from .helpers import assert_run_matches, batch_positions, body_position, flip_bit, segment_files
 
 # -- stored batches built with the encoder ---------------------------------------------------
 
@@ -147,18 +147,8 @@ def test_runs_decode_exactly_what_the_columnar_path_decodes(batches, max_records
         covered = reference[i : i + batch.stored_batches]
         i += batch.stored_batches
         assert batch.position == pos == where[i - batch.stored_batches][0]
-        assert batch.base_offset == covered[0].base_offset
-        assert batch.next_offset == covered[-1].next_offset
         assert len(batch) == sum(len(b) for b in covered)
-        assert batch.offsets.tolist() == [o for b in covered for o in b.offsets.tolist()]
-        assert batch.timestamps.tolist() == [t for b in covered for t in b.timestamps.tolist()]
-        assert batch.key_lengths.tolist() == [n for b in covered for n in b.key_lengths.tolist()]
-        assert batch.value_lengths.tolist() == [
-            n for b in covered for n in b.value_lengths.tolist()
-        ]
-        assert bytes(batch.keys_blob) == b"".join(bytes(b.keys_blob) for b in covered)
-        assert bytes(batch.values_blob) == b"".join(bytes(b.values_blob) for b in covered)
-        assert batch.headers() == [h for b in covered for h in b.headers()]
+        assert_run_matches(batch, covered)
         if batch.stored_batches > 1:
             assert all(len(b) <= SMALL_BATCH_RECORDS for b in covered)
             assert len(batch) <= max(max_records, len(covered[0]) + len(covered[1]))

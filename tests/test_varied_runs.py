@@ -24,7 +24,6 @@ from compactlog.format import (
     CODEC_NONE,
     CODEC_ZSTD,
     SMALL_BATCH_RECORDS,
-    RecordBatch,
     _chase,
     _continue_crc,
     _layout,
@@ -36,7 +35,7 @@ from compactlog.format import (
 )
 from compactlog.segment import HEADER_SIZE
 
-from .helpers import body_position, segment_files
+from .helpers import assert_run_matches, body_position, segment_files
 from .test_small_batches import build_segment, columnar, fast, records_of
 
 TS = 1_700_000_000_000
@@ -84,19 +83,7 @@ def check_same_as_columnar(buf, max_records=1 << 20, max_bytes=1 << 20):
     for batch, _pos in decoded:
         covered = reference[i : i + batch.stored_batches]
         i += batch.stored_batches
-        assert batch.offsets.tolist() == [o for b in covered for o in b.offsets.tolist()]
-        assert batch.timestamps.tolist() == [t for b in covered for t in b.timestamps.tolist()]
-        assert batch.key_lengths.tolist() == [n for b in covered for n in b.key_lengths.tolist()]
-        assert batch.value_lengths.tolist() == [
-            n for b in covered for n in b.value_lengths.tolist()
-        ]
-        assert bytes(batch.keys_blob) == b"".join(bytes(b.keys_blob) for b in covered)
-        assert bytes(batch.values_blob) == b"".join(bytes(b.values_blob) for b in covered)
-        assert batch.headers() == [h for b in covered for h in b.headers()]
-        assert batch.keys() == [key for b in covered for key in RecordBatch.keys(b)]
-        assert batch.values() == [value for b in covered for value in RecordBatch.values(b)]
-        assert batch.base_offset == covered[0].base_offset
-        assert batch.next_offset == covered[-1].next_offset
+        assert_run_matches(batch, covered)
     assert i == len(reference)
     return decoded
 
@@ -159,12 +146,7 @@ def test_a_damaged_batch_ends_a_varied_run_at_its_own_position(sizes, data, fiel
     damaged = bytes(damaged)
     assert check_batch(damaged, pos, len(damaged))[0] is None
     run = scan_small_run(damaged, HEADER_SIZE, len(damaged))
-    if index < 2:
-        assert run is None
-    else:
-        assert run is not None
-        assert run.positions.tolist() == [p for p, _ in where[:index]]
-        assert run.end == pos
+    assert_run_ends_before(run, where, index)
 
 
 @pytest.mark.parametrize("count", [SMALL_BATCH_RECORDS, SMALL_BATCH_RECORDS + 1])
@@ -268,12 +250,18 @@ def test_a_length_field_too_short_for_a_header_ends_a_varied_run_there(length, i
     damaged = bytearray(buf)
     damaged[pos : pos + 4] = length.to_bytes(4, "little")
     run = scan_small_run(bytes(damaged), HEADER_SIZE, len(damaged))
+    assert_run_ends_before(run, where, index)
+
+
+def assert_run_ends_before(run, where, index: int) -> None:
+    """A run from the segment's start holds the batches before ``where[index]`` (none if
+    fewer than two: a run is at least two batches)."""
     if index < 2:
         assert run is None
     else:
         assert run is not None
         assert run.positions.tolist() == [p for p, _ in where[:index]]
-        assert run.end == pos
+        assert run.end == where[index][0]
 
 
 # -- long runs: the length fields followed along many chains at once (format._chase) ----------
