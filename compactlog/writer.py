@@ -602,13 +602,15 @@ class SegmentWriter:
     ) -> int:
         """Append one checked, uncompressed record as a one-record batch; returns its offset.
 
-        The straight path of a single append, written out in one function because it runs
-        once per record (every attribute lookup and call here costs a measurable share of
-        an append): one ``flock`` pair (none with ``exclusive=True``), the head compared in
-        the mmap, the batch encoded with its offset and written with one ``pwrite``, the head
-        stored into the mmap (see :meth:`_publish_head`). A thread that finds another one
-        writing queues its record instead (:meth:`_append_queued`), so that concurrent
-        appends go to the file together in one ``pwritev``.
+        The general single-record path: records with headers, an explicit timestamp, a
+        ``None`` key or value, over ``single.PLAIN_MAX_BYTES``, or on a test's file system.
+        A plain record takes the log's installed function instead (``single.py``), which
+        follows the same protocol in one frame. Here: one ``flock`` pair (none with
+        ``exclusive=True``), the head compared in the mmap, the batch encoded with its
+        offset and written with one ``pwrite``, the head stored into the mmap (see
+        :meth:`_publish_head`). A thread that finds another one writing queues its record
+        instead (:meth:`_append_queued`), so that concurrent appends go to the file
+        together in one ``pwritev``.
 
         Crash protocol: that of :meth:`_write_locked`, for one record:
 
