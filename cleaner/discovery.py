@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from compactlog import filenames
 from compactlog.config import LogConfig
 from compactlog.errors import CompactLogError
-from compactlog.head import read_head_file
+from compactlog.head import read_log_head
 from compactlog.segment import bound_by_head, list_segments, segment_path
 from compactlog.snapshot import MANIFEST as SNAPSHOT_MANIFEST
 from compactlog.state_files import list_checkpoints, read_cleaner_state, read_meta
@@ -129,7 +129,7 @@ def probe(ref: LogRef, now_ms: int) -> LogFacts:
             sizes.append(st.st_size)
             mtimes.append(st.st_mtime_ns // 1_000_000)
         checkpoints = list_checkpoints(directory)
-        head = read_head_file(os.path.join(directory, filenames.WRITER_LOCK))
+        head = read_log_head(directory)
         if bases:  # the newest segment's data, without room an exclusive writer reserved
             sizes[-1] = bound_by_head(sizes[-1], bases[-1], head)
     except (CompactLogError, OSError, ValueError, TypeError, KeyError) as error:

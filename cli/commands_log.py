@@ -95,9 +95,10 @@ def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
 
 def meta_document(directory: str) -> dict[str, Any]:
     from compactlog import filenames
+    from compactlog.head import read_log_head
     from compactlog.state_files import list_checkpoints, read_cleaner_state
 
-    from .scan import dirty_bytes, head_of
+    from .scan import dirty_bytes
 
     with open_read_only(directory) as log:
         meta = log.meta
@@ -105,7 +106,7 @@ def meta_document(directory: str) -> dict[str, Any]:
         bases = log.get_segments()
     cleaner_point = read_cleaner_state(directory).first_dirty_offset
     dirty, total = dirty_bytes(directory, cleaner_point)
-    head = head_of(directory)
+    head = read_log_head(directory)
     return {
         "path": directory,
         "format_version": meta.format_version,
@@ -235,7 +236,7 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
       compactlog config set ./log segment_bytes=128MiB compression=zstd
       compactlog config set ./log retention_bytes=none --json
     """
-    from .scan import head_of
+    from compactlog.head import read_log_head
 
     directory = log_dir(path)
     changes = parse_assignments(assignments)
@@ -245,7 +246,7 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
         if name in UNSAFE_CHANGES and value != before[name]:
             raise CliError(f"refusing to change {name}: {UNSAFE_CHANGES[name]}", path=directory)
     if "precommit_bytes" in changes and changes["precommit_bytes"] != before["precommit_bytes"]:
-        head = head_of(directory)
+        head = read_log_head(directory)
         if head is not None and head.precommit_pending:
             raise CliError(
                 "refusing to change precommit_bytes while the precommit buffer holds pending "

@@ -25,7 +25,7 @@ from compactlog.format import (
     decode_batch,
     find_next_valid_batch,
 )
-from compactlog.head import Head, read_head_file
+from compactlog.head import read_log_head
 from compactlog.reader import trim_batch
 from compactlog.segment import (
     HEADER_SIZE,
@@ -38,10 +38,6 @@ from compactlog.segment import (
     read_index,
     segment_path,
 )
-
-
-def head_of(directory: str) -> Head | None:
-    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK))
 
 
 def _file_size(path: str) -> int:
@@ -93,7 +89,7 @@ def summarize_segments(directory: str) -> list[SegmentSummary]:
     """Batch headers of every segment (CRC-checked, bodies not decoded): counts, offsets,
     time range. A corrupt segment gets ``error`` and the counts read before the damage."""
     bases = list_segments(directory)
-    head = head_of(directory)
+    head = read_log_head(directory)
     out = []
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
@@ -324,7 +320,7 @@ def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
     except (CompactLogError, OSError) as error:
         report.problem("meta", filenames.META, None, str(error))
         return report
-    head = head_of(directory)
+    head = read_log_head(directory)
     names = sorted(os.listdir(directory))
     parsed = {n: filenames.parse_filename(n) for n in names}
     bases = list_segments(directory)
@@ -601,7 +597,6 @@ __all__ = [
     "byte_position",
     "bytes_from",
     "data_bytes",
-    "head_of",
     "offset_for_timestamp",
     "records_from",
     "salvage_batches",
@@ -616,7 +611,7 @@ def dirty_bytes(directory: str, first_dirty: int) -> tuple[int, int]:
     Cheap: file sizes, plus one partial scan of the segment holding the cleaner point.
     """
     bases = list_segments(directory)
-    head = head_of(directory)
+    head = read_log_head(directory)
     total = dirty = 0
     for i, base in enumerate(bases):
         file_size = bound_by_head(_file_size(segment_path(directory, base)), base, head)

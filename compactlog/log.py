@@ -33,7 +33,6 @@ from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, enc
 from .fsio import DEFAULT_FS, FileSystem
 from .head import (
     lock_exclusive,
-    read_head_file,
     read_log_head,
     register_writer,
     release_writer,
@@ -273,7 +272,7 @@ class Log:
     def end_offset(self) -> int:
         """The next offset to be assigned (as the last writer of any process left it)."""
         self._check_open()
-        head = read_head_file(os.path.join(self.directory, filenames.WRITER_LOCK))
+        head = read_log_head(self.directory)
         if head is not None:
             return head.end_offset
         if self.writer is not None:

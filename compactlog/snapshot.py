@@ -40,7 +40,7 @@ from .format import (
     SEGMENT_FILE_HEADER,
     crc32c,
 )
-from .head import read_head_file
+from .head import read_log_head
 from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path
 from .state_files import read_cleaner_state, read_meta
 
@@ -245,7 +245,7 @@ class _Linked:
 def _link_closed(log: Log, partial: str, durable: bool) -> _Linked:
     """Step 2: everything that must be read under the cleaner lock."""
     source = log.directory
-    head = read_head_file(os.path.join(source, filenames.WRITER_LOCK))
+    head = read_log_head(source)
     bases = list_segments(source)
     if not bases:
         raise SnapshotError("the log has no segment", path=source)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import filenames
-from compactlog.format import BATCH_HEADER, encode_single, read_batch_header
+from compactlog.format import encode_single, read_batch_header
 from compactlog.head import read_head_file
 from compactlog.single import PLAIN_MAX_BYTES
 from compactlog.tailmap import WINDOW_BYTES
@@ -230,7 +230,6 @@ def test_plain_appends_store_exactly_what_encode_single_encodes(
         assert header is not None and header.length == len(data)
         timestamp = int.from_bytes(data[28:36], "little")  # first_ts: the wall clock
         assert data == encode_single(key, value, timestamp, b"", offset)
-    assert BATCH_HEADER.size == 48
 
 
 def test_calls_that_are_not_plain_take_the_general_path_and_mix_in_order(log_dir):
