@@ -26,6 +26,14 @@ just stored, which inotify reports to every sleeping subscriber. So a writer pay
 system call only when someone is waiting, and a subscriber that cannot map the file, or
 misses a ring, still re-checks the head on its safety timer (``subscriber._Watcher``).
 
+Bytes [40, 64) of ``.lock`` hold the *sync point* (``base i64 | size i64 | crc u32 | 4
+spare``): segment ``base`` up to byte ``size``, and every segment before it, were on disk
+(fdatasynced, with their directory entries) when a writer stored it. A writer stores it after
+each successful sync and makes it durable (an ``fdatasync`` of ``.lock``) only now and then
+(``writer.SyncPoints``), so after a power loss it may be older than the truth, never newer.
+Recovery and readers use it to tell data that a power loss may legitimately have left
+half-written (past it: cut, and reported) from corruption (before it: an error).
+
 ``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
 it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
 exclusive`` into it), so an exclusive writer and any other writer refuse each other at
@@ -52,6 +60,9 @@ WRITING_MARK = HEAD.size  # byte 36 of .lock: 1 while a writer is between data a
 PUBLISHED_SIZE = HEAD.size + 1  # what publishing a head writes: the head and a cleared mark
 DOORBELL = PUBLISHED_SIZE  # byte 37 of .lock: 1 while a subscriber sleeps waiting for a head
 LOCK_FILE_SIZE = 64
+SYNC_POINT = struct.Struct("<qqI4x")  # base, size, crc of the 16 bytes before it, spare
+SYNC_POINT_AT = 40
+assert SYNC_POINT_AT + SYNC_POINT.size == LOCK_FILE_SIZE
 _HEAD_FIELDS = struct.Struct("<IIqqq")  # the head without its CRC
 _HEAD_CRC_MARK = struct.Struct("<IB")  # the CRC and a cleared writing mark
 
@@ -79,6 +90,45 @@ def decode_head(data: bytes) -> Head | None:
     if magic != HEAD_MAGIC or crc32c(data[: HEAD.size - 4]) != crc:
         return None
     return Head(flags, base, end, size)
+
+
+class SyncPoint(NamedTuple):
+    """What was durable when a writer last synced: segment ``base`` up to byte ``size``."""
+
+    base: int
+    size: int
+
+    def durable_end(self, base: int) -> int | None:
+        """Up to where segment ``base`` is known to be on disk: the whole file for an
+        older segment (``None``), ``size`` for this one, nothing (0) for a newer one."""
+        if base < self.base:
+            return None
+        return self.size if base == self.base else 0
+
+
+def encode_sync_point(base: int, size: int) -> bytes:
+    fields = struct.pack("<qq", base, size)
+    return SYNC_POINT.pack(base, size, crc32c(fields))
+
+
+def decode_sync_point(data: bytes) -> SyncPoint | None:
+    """The sync point stored in ``.lock``'s bytes (``None``: never stored, or torn)."""
+    if len(data) < SYNC_POINT_AT + SYNC_POINT.size:
+        return None
+    base, size, crc = SYNC_POINT.unpack_from(data, SYNC_POINT_AT)
+    fields = data[SYNC_POINT_AT : SYNC_POINT_AT + 16]
+    if crc != crc32c(fields):
+        return None
+    return SyncPoint(base, size)
+
+
+def read_sync_point(directory: str) -> SyncPoint | None:
+    """The sync point in ``directory``'s ``.lock`` (``None`` if missing or unreadable)."""
+    try:
+        with open(os.path.join(directory, filenames.WRITER_LOCK), "rb") as handle:
+            return decode_sync_point(handle.read(LOCK_FILE_SIZE))
+    except FileNotFoundError:
+        return None
 
 
 def read_head(fd: int) -> Head | None:

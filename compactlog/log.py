@@ -30,7 +30,7 @@ from .errors import (
     RecordTooLargeError,
 )
 from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
-from .fsio import DEFAULT_FS, FileSystem
+from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
     read_log_head,
@@ -128,7 +128,7 @@ class Log:
         if not os.path.isdir(self.directory):
             if not create or self.read_only:
                 raise NotALogError("no such log directory", path=self.directory)
-            os.makedirs(self.directory, exist_ok=True)
+            make_directories(self.fs, self.directory)
         if self.read_only:
             return self._load_or_create_locked(create, config)
         self._refuse_foreign_directory()  # before a lock file is put into it
@@ -203,14 +203,16 @@ class Log:
         for plain records (``single.build_plain_append``: bytes key and value, no headers,
         the wall clock, one frame from the call to the ``pwrite``) where nothing between the
         two would touch the record: a writer with no buffer (``SegmentWriter.plain_single``)
-        on the plain file system, no compression and the default clock. Otherwise, and once
-        closed, ``append`` is :meth:`Log.append` itself."""
+        on the plain file system, no compression, the default clock and no fsync per append
+        (``sync="always"`` publishes a record only once it is synced: the general path).
+        Otherwise, and once closed, ``append`` is :meth:`Log.append` itself."""
         config = self._meta.config
         writer = self.writer
         if (
             writer is not None
             and writer.plain_single
             and writer.plain_fs
+            and writer.config.sync != "always"  # (it publishes after the fsync: the general path)
             and config.compression == "none"
             and self._wall_clock
             and not self._closed
@@ -478,7 +480,7 @@ class Log:
         """Make every append so far visible to readers and durable (all sync policies)."""
         writer = self._writable()
         writer.materialize()
-        writer.sync_all()
+        writer.sync_all(record_point=True)
 
     # -- reading -----------------------------------------------------------------------
     def read_batches(

@@ -90,12 +90,14 @@ from .segment import (
     RUN_BYTES,
     SegmentReader,
     check_segment_header,
+    is_unwritten_header,
     list_segments,
     lookup_position,
     read_all,
     read_index,
     segment_data_size,
     segment_path,
+    unsynced_from,
 )
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
 
@@ -676,6 +678,19 @@ class Subscriber:
             # an existing checkpoint wins over ``start``: ``start`` places a *new* subscriber
             self._position = committed
             self._check_log_start()
+            end = self._end_offset()
+            if committed > end:
+                # only after a power loss took back records this subscriber had committed
+                # past (possible under sync "interval"/"os"); the next writable open skips
+                # those offsets (recovery._keep_offsets_unique), so none is reused
+                logger.warning(
+                    "%s: subscriber %r committed offset %d, past the log's end offset %d: "
+                    "records it had read were lost with unsynced data in a crash",
+                    self.directory,
+                    name,
+                    committed,
+                    end,
+                )
         elif self.transient:
             self._position = self._end_offset() if start is None else self._clamp(start)
         else:
@@ -955,9 +970,11 @@ class Subscriber:
                 self._check_log_start()  # retention removed it meanwhile
                 continue
             try:
-                check_segment_header(
-                    segment_path(self.directory, base), read_all(fd, 0, HEADER_SIZE)
-                )
+                header = read_all(fd, 0, HEADER_SIZE)
+                if base == bases[-1] and is_unwritten_header(header):
+                    os.close(fd)
+                    return None  # a newest segment whose header is not written (yet)
+                check_segment_header(segment_path(self.directory, base), header)
                 pos = self._validated_hint(fd, base)
                 cursor = _Cursor(base, fd, os.fstat(fd).st_ino, pos)
             except BaseException:
@@ -1033,6 +1050,8 @@ class Subscriber:
             offset = 0
             header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
         if header is None:
+            if cursor.pos >= unsynced_from(self.directory, cursor.base):
+                return None  # after a power loss, before the next writer cuts it (head.py)
             raise CorruptLogError(
                 f"{reason} (within what the head says is written)",
                 path=segment_path(self.directory, cursor.base),
