@@ -296,9 +296,8 @@ def test_a_swap_fsyncs_the_directory_before_the_intent_and_before_removals(log_d
     kinds = [(c[0], c[1] if c[0] != "fsync_dir" else "dir") for c in fs.calls]
     intent = kinds.index(("rename", "cleaner.swap"))
     assert ("fsync_dir", "dir") in kinds[:intent]
-    first_rename = next(
-        i for i, c in enumerate(kinds) if c[0] == "rename" and c[1].endswith(".log")
-    )
-    first_removal = next(
-        i for i, c in enumerate(kinds) if c[0] == "remove" and c[1].endswith(".log")
-    )
+
+    def first(kind):
+        return next(i for i, c in enumerate(kinds) if c[0] == kind and c[1].endswith(".log"))
+
+    assert ("fsync_dir", "dir") in kinds[first("rename") : first("remove")]
