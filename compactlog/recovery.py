@@ -149,7 +149,7 @@ def recover_on_open(log: Log) -> list[str]:
     # 5.
     head = read_head(writer.lock_fd)
     if _closed_cleanly(directory, head):
-        writer._refresh(head)
+        writer._refresh(head, recovering=True)
     else:
         _recover_tail(log, head, report)
     if writer.torn_bytes_dropped:
@@ -230,7 +230,13 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     cut_from = 0
     if point is not None and newest is not None:
         cut_from = point.durable_end(newest) or 0  # (None: newest < point.base, refused in a.)
-    writer._refresh(None, trust_head=False, cut_from=cut_from, empty_base=log.meta.log_start_offset)
+    writer._refresh(
+        None,
+        trust_head=False,
+        cut_from=cut_from,
+        empty_base=log.meta.log_start_offset,
+        recovering=True,
+    )
 
 
 def _keep_offsets_unique(log: Log, head: Head, report: list[str]) -> None:

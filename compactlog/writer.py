@@ -393,18 +393,22 @@ class SegmentWriter:
         flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
         return Head(flags, self.active.base, self.end_offset, self.active.size)
 
-    def _publish_head(self) -> None:
+    def _publish_head(self, *, sync_first: bool = True) -> None:
         """Write the head and clear the writing mark (caller holds both locks).
 
         A store into the mmap of ``.lock``, no system call: readers of any process see it at
         once (the same page cache) and a ``kill -9`` cannot undo it. Under ``sync="always"``
-        what it publishes is made durable first (:meth:`_sync_locked`). inotify does not see a
-        store, so when a subscriber has rung for it (the doorbell, ``head.py``) the head is
-        also written with one ``pwrite``, which wakes every subscriber sleeping on the file.
+        what it publishes is made durable first (:meth:`_sync_locked`), unless
+        ``sync_first`` is false: a writer catching up with what another process's writer
+        published (which that writer synced first if its policy asked for it).
+
+        inotify does not see a store, so when a subscriber has rung for it (the doorbell,
+        ``head.py``) the head is also written with one ``pwrite``, which wakes every
+        subscriber sleeping on the file.
         """
         active = self.active
         assert active is not None
-        if self._sync_always:
+        if self._sync_always and sync_first:
             self._sync_locked()
         published = self._published
         publish_into(
@@ -450,6 +454,7 @@ class SegmentWriter:
         trust_head: bool = True,
         cut_from: int | None = None,
         empty_base: int = 0,
+        recovering: bool = False,
     ) -> None:
         """Re-read the directory, open the newest segment, validate its tail.
 
@@ -463,6 +468,8 @@ class SegmentWriter:
         follow (unsynced writes reach the disk in any order), and a newest segment whose
         file header is missing or all zeros (0: its creation was never synced) is empty.
         ``empty_base`` is the first segment's base if there is none (and no head).
+        ``recovering``: open-time recovery, whose publication of what a dead writer left is
+        synced first under ``sync="always"`` like any other.
         """
         bases = list_segments(self.directory)
         if head is not None and head.active_base not in bases:
@@ -542,7 +549,7 @@ class SegmentWriter:
             active.last_index_pos = int(last[-1, 1])
         self.active = active
         self.end_offset = max(next_offset, base)
-        self._publish_head()
+        self._publish_head(sync_first=recovering)
         if head is not None and head.precommit_pending and not self._holding_for_precommit:
             self.precommit_recovered += self._materialize_locked()
 
