@@ -279,10 +279,22 @@ class Log:
             return head.end_offset
         if self.writer is not None:
             return self.writer.end_offset
-        last = 0
-        for batch in iter_batches(self.directory, self._first_base(), None):
-            last = batch.next_offset
-        return max(last, self.start_offset)
+        return self._recovered_end()
+
+    def _recovered_end(self) -> int:
+        """The end offset when no live writer stands behind a head (there is none yet, or
+        only one from before a power loss or reboot): where the next writer's recovery will
+        start new offsets, past the valid data of the newest segment, the last head's end
+        offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
+        bases = list_segments(self.directory)
+        last = max(self.start_offset, bases[-1] if bases else 0)
+        if bases:
+            for batch in iter_batches(self.directory, bases[-1], None):
+                last = max(last, batch.next_offset)
+        stale = read_log_head(self.directory, any_boot=True)
+        return max(
+            [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
+        )
 
     @property
     def start_offset(self) -> int:

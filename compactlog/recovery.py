@@ -47,7 +47,10 @@ from .errors import CorruptLogError, LogLockedError, MissingSegmentError
 from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
 from .fsio import FileSystem
 from .head import (
-    LOCK_FILE_SIZE,
+    BOOT,
+    BOOT_AT,
+    BOOT_END,
+    SYNC_POINT_END,
     Head,
     decode_head,
     decode_sync_point,
@@ -176,6 +179,7 @@ def recover_on_open(log: Log) -> list[str]:
     if head is not None and not _closed_cleanly(directory, head):
         _keep_offsets_unique(log, head, report)
     writer.awaiting_recovery = False
+    writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)
     _remove_clean_shutdown(log)
     return report
 
@@ -207,7 +211,7 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     writer = log.writer
     assert writer is not None
     directory = log.directory
-    point = decode_sync_point(bytes(writer.head_map[:LOCK_FILE_SIZE]))
+    point = decode_sync_point(bytes(writer.head_map[:SYNC_POINT_END]))
     bases = list_segments(directory)
     newest = bases[-1] if bases else None
     # a.

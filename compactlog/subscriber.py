@@ -83,7 +83,14 @@ from .format import (
     read_batch_header,
     scan_small_run,
 )
-from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head, read_log_head
+from .head import (
+    DOORBELL,
+    Head,
+    SharedBytes,
+    map_lock_file_if_present,
+    read_log_head,
+    read_published_head,
+)
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
@@ -894,7 +901,7 @@ class Subscriber:
                 )
             except FileNotFoundError:
                 return None
-        return read_head(self._fds.lock_fd)
+        return read_published_head(self._fds.lock_fd)
 
     def _end_offset(self) -> int:
         head = self._head()

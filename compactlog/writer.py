@@ -71,9 +71,9 @@ from .head import (
     DOORBELL,
     FLAG_PRECOMMIT_PENDING,
     HEAD,
-    LOCK_FILE_SIZE,
     PUBLISHED_SIZE,
     SYNC_POINT_AT,
+    SYNC_POINT_END,
     WRITING_MARK,
     Head,
     encode_head,
@@ -1173,7 +1173,7 @@ class SegmentWriter:
         (all of it unsynced data or, at worst, synced data a disk damaged), never loses an
         acknowledged record."""
         self._synced_at = (job.base, job.size)
-        self.head_map[SYNC_POINT_AT:LOCK_FILE_SIZE] = encode_sync_point(job.base, job.size)
+        self.head_map[SYNC_POINT_AT:SYNC_POINT_END] = encode_sync_point(job.base, job.size)
         durable_base, durable_size = self._durable_point
         now = monotonic()
         if (
