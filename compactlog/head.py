@@ -24,7 +24,7 @@ map, which makes no event) and then checks the head once more; a writer that pub
 head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
 just stored, which inotify reports to every sleeping subscriber. So a writer pays the
 system call only when someone is waiting, and a subscriber that cannot map the file, or
-misses a ring, still re-checks the head on its safety timer (``subscriber._Watcher``).
+misses a ring, still re-checks the head on its safety timer (``subscriber.HeadWatcher``).
 
 ``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
 it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
