@@ -70,6 +70,7 @@ import numpy as np
 from . import filenames
 from .errors import (
     CorruptLogError,
+    DecodeError,
     LogClosedError,
     MissingSegmentError,
     SubscriberBusyError,
@@ -740,12 +741,22 @@ class Subscriber:
         ``max_bytes`` bounds the batch bytes read (at least one record is returned when
         any is there). ``timeout_s > 0`` waits that long for records, also ones appended
         by other processes; ``0`` returns at once. Returns ``[]`` when there is none.
-        Keys and values are deserialized as the log's ``read`` does.
+        Keys and values are deserialized as the log's ``read`` does; a record that does
+        not decode raises :class:`DecodeError` and the position stays where it was (seek
+        past ``error.offset``, or read it with a ``raw=True`` subscriber).
         """
         records: list[Record] = []
         convert = self.serde.records
-        for batch in self.poll_batches(max_records, max_bytes, timeout_s):
-            records.extend(convert(batch))
+        before = self._position
+        batches = self.poll_batches(max_records, max_bytes, timeout_s)
+        try:
+            for batch in batches:
+                records.extend(convert(batch))
+        except DecodeError:
+            with self._lock:
+                self._fds.drop_cursor()
+                self._position = before
+            raise
         return records
 
     def poll_batches(
