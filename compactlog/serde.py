@@ -256,18 +256,6 @@ def declared_formats(config: Any) -> dict[str, str]:
     return {"key_format": config.key_format, "value_format": config.value_format}
 
 
-__all__ = [
-    "FORMATS",
-    "RAW",
-    "Serde",
-    "Side",
-    "check_format",
-    "declared_formats",
-    "deserializers",
-    "serde_for",
-]
-
-
 def serializing_append(append: Callable[..., int], serde: Serde) -> Callable[..., int]:
     """An ``append(key, value, *, timestamp_ms=None, headers=None)`` that serializes the
     key and value with ``serde``, then calls ``append`` (the log's path for bytes)."""
@@ -279,3 +267,16 @@ def serializing_append(append: Callable[..., int], serde: Serde) -> Callable[...
         return append(dump_key(key), dump_value(value), timestamp_ms=timestamp_ms, headers=headers)
 
     return append_objects
+
+
+__all__ = [
+    "FORMATS",
+    "RAW",
+    "Serde",
+    "Side",
+    "check_format",
+    "declared_formats",
+    "deserializers",
+    "serde_for",
+    "serializing_append",
+]
