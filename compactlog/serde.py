@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from .config import SERDE_FORMATS as FORMATS
@@ -32,16 +33,6 @@ Serializer = Callable[[Any], bytes]
 Deserializer = Callable[[bytes], Any]
 
 
-def _str_serializer(obj: Any) -> bytes:
-    if type(obj) is not str:
-        raise TypeError(f"expected str, not {type(obj).__name__}")
-    return obj.encode("utf-8")
-
-
-def _str_deserializer(data: bytes) -> str:
-    return data.decode("utf-8")
-
-
 _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -49,14 +40,11 @@ def _json_serializer(obj: Any) -> bytes:
     return _JSON_ENCODER.encode(obj).encode("utf-8")
 
 
-def _json_deserializer(data: bytes) -> Any:
-    return json.loads(data)
-
-
 _BUILT_IN: dict[str, tuple[Serializer | None, Deserializer | None]] = {
     "bytes": (None, None),  # None: no conversion at all (the fast paths stay as they are)
-    "str": (_str_serializer, _str_deserializer),
-    "json": (_json_serializer, _json_deserializer),
+    # (C functions where they exist: no Python frame per key or value)
+    "str": (str.encode, bytes.decode),  # (UTF-8 is their default)
+    "json": (_json_serializer, json.loads),
 }
 assert tuple(_BUILT_IN) == FORMATS
 
@@ -159,41 +147,48 @@ class Serde:
 
     # -- reading ---------------------------------------------------------------------
     def records(self, batch: RecordBatch) -> Iterator[Record]:
-        """The records of ``batch`` with keys and values converted."""
+        """The records of ``batch`` with keys and values converted: each callable is
+        mapped over the batch's whole key or value column (no Python frame of ours per
+        record)."""
         if not self.deserializes:
             return batch.records()
-        return self.convert(list(batch.records()))
+        keys = self._load(self.key, "key", batch.keys(), batch.offsets)
+        values = self._load(self.value, "value", batch.values(), batch.offsets)
+        return batch.records(keys, values)
 
     def convert(self, records: Sequence[Record]) -> Iterator[Record]:
-        """``records`` (raw, as stored) with keys and values converted; each callable runs
-        over the whole sequence in one comprehension."""
-        keys = self._load(self.key, "key", [r.key for r in records], records)
-        values = self._load(self.value, "value", [r.value for r in records], records)
-        return (
-            Record(r.offset, k, v, r.timestamp, r.headers)
-            for r, k, v in zip(records, keys, values, strict=True)
-        )
+        """``records`` (as stored) with keys and values converted (for records already
+        made, as the CLI's salvaging reader makes them)."""
+        if not records:
+            return iter(())
+        offsets, keys, values, timestamps, headers = zip(*records, strict=True)
+        keys = self._load(self.key, "key", keys, offsets)
+        values = self._load(self.value, "value", values, offsets)
+        columns = zip(offsets, keys, values, timestamps, headers, strict=True)
+        return map(tuple.__new__, repeat(Record), columns)
 
     def _load(
-        self, part: Side, what: str, items: list[Any], records: Sequence[Record]
-    ) -> list[Any]:
+        self, part: Side, what: str, items: Sequence[Any], offsets: Sequence[int]
+    ) -> Sequence[Any]:
         convert = part.deserialize
         if convert is None:
             return items
         try:
-            return [None if item is None else convert(item) for item in items]
+            if None in items:  # (a scan in C; keys and values are rarely None)
+                return [None if item is None else convert(item) for item in items]
+            return list(map(convert, items))
         except Exception:  # find which one, to name its offset (the error path only)
-            for record, item in zip(records, items, strict=True):
+            for offset, item in zip(offsets, items, strict=True):
                 if item is None:
                     continue
                 try:
                     convert(item)
                 except Exception as error:
                     raise DecodeError(
-                        f"{what} at offset {record.offset} is not valid {part.label} "
+                        f"{what} at offset {offset} is not valid {part.label} "
                         f"({type(error).__name__}: {error}); read it with raw=True",
                         path=self.path or None,
-                        offset=record.offset,
+                        offset=int(offset),
                         part=what,
                         format=part.label,
                     ) from error
