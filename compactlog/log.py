@@ -41,6 +41,7 @@ from .head import (
 )
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
+from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
@@ -59,6 +60,11 @@ class Log:
     is refused with :class:`LogLockedError` naming this process's pid (and an exclusive open
     is refused while another writer has the log open). Readers, subscribers and read-only
     tools are unaffected; the lock goes with the process if it is killed.
+
+    Keys and values are converted by the formats the log declares (``key_format``,
+    ``value_format``) or by ``key_serializer``/``value_serializer`` and
+    ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
+    names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
     """
 
     def __init__(
@@ -69,10 +75,23 @@ class Log:
         read_only: bool = False,
         exclusive: bool = False,
         clock: Callable[[], int] | None = None,
+        key_serializer: Serializer | str | None = None,
+        value_serializer: Serializer | str | None = None,
+        key_deserializer: Deserializer | str | None = None,
+        value_deserializer: Deserializer | str | None = None,
+        raw: bool = False,
         _fs: FileSystem | None = None,
         **config: Any,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(path))
+        self._raw = raw
+        self._conversions = {
+            "key_serializer": key_serializer,
+            "value_serializer": value_serializer,
+            "key_deserializer": key_deserializer,
+            "value_deserializer": value_deserializer,
+        }
+        self.serde: Serde = RAW
         self.read_only = read_only
         if exclusive and read_only:
             raise ConfigError("exclusive=True is for writers; a read_only open takes no lock")
@@ -88,6 +107,7 @@ class Log:
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
         self._plain_installed = False  # whether append is the plain path's (single.py)
+        self._own_append = False  # whether this object has an append of its own
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -196,6 +216,11 @@ class Log:
     @meta.setter
     def meta(self, meta: Meta) -> None:
         self._meta = meta
+        if not self._raw:
+            config = meta.config
+            self.serde = serde_for(
+                self.directory, config.key_format, config.value_format, **self._conversions
+            )
         self._choose_append_path()  # the config may have changed what append() may skip
 
     def _choose_append_path(self) -> None:
@@ -205,9 +230,12 @@ class Log:
         two would touch the record: a writer with no buffer (``SegmentWriter.plain_single``)
         on the plain file system, no compression, the default clock and no fsync per append
         (``sync="always"`` publishes a record only once it is synced: the general path).
-        Otherwise, and once closed, ``append`` is :meth:`Log.append` itself."""
+        Otherwise, and once closed, ``append`` is :meth:`Log.append` itself. A log whose keys
+        or values are serialized gets an ``append`` that serializes, then calls either."""
         config = self._meta.config
         writer = self.writer
+        general = Log.append.__get__(self)
+        append = general
         if (
             writer is not None
             and writer.plain_single
@@ -217,19 +245,24 @@ class Log:
             and self._wall_clock
             and not self._closed
         ):
-            general = Log.append.__get__(self)
             plain = build_plain_append(writer, config.max_record_bytes, general)
-            self.append = functools.update_wrapper(plain, general)  # type: ignore[method-assign]
-            self._plain_installed = True
-        else:
+            append = functools.update_wrapper(plain, general)
+        if self.serde.serializes and not self._closed:
+            append = functools.update_wrapper(serializing_append(append, self.serde), general)
+        if append is general:
             self._remove_plain_append()
+        else:
+            self.append = append  # type: ignore[method-assign]
+            self._own_append = True
+            self._plain_installed = not self.serde.serializes
 
     def _remove_plain_append(self) -> None:
         # (by attribute, never through self.__dict__: asking for the dict of an instance
         # makes CPython keep its attributes in a real dict from then on, and every attribute
         # load of Log.append's general path measurably slower: 0.1 us per precommit append)
-        if self._plain_installed:
-            self._plain_installed = False
+        self._plain_installed = False
+        if self._own_append:
+            self._own_append = False
             del self.append
 
     @property
@@ -382,10 +415,12 @@ class Log:
         segment); returns the range of offsets assigned, consecutive and in order.
 
         ``timestamp_ms`` stamps every record alike; ``timestamps_ms`` and ``headers`` give one
-        per record instead.
+        per record instead. Keys and values are serialized as :meth:`append` does.
         """
         self._writable()
         items = records if isinstance(records, list | tuple) else list(records)
+        if self.serde.serializes:
+            items = self.serde.dump_pairs(items)
         if not items:
             end = self.end_offset
             return range(end, end)
@@ -494,6 +529,15 @@ class Log:
         writer.materialize()
         writer.sync_all(record_point=True)
 
+    async def flush_async(self) -> None:
+        """:meth:`flush` from a coroutine: every append so far is durable (as with
+        ``sync="always"``) when this returns. The ``fsync`` runs in the event loop's default
+        executor, so the loop keeps serving other tasks meanwhile."""
+        import asyncio
+
+        self._writable()
+        await asyncio.get_running_loop().run_in_executor(None, self.flush)
+
     # -- reading -----------------------------------------------------------------------
     def read_batches(
         self, start: int | None = None, end: int | None = None
@@ -507,11 +551,13 @@ class Log:
         stop = self.end_offset if end is None else end
         return iter_batches(self.directory, first, stop)
 
-    def read(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
-        """Records with offsets in ``[start, end)`` in offset order."""
-        return itertools.chain.from_iterable(
-            map(RecordBatch.records, self.read_batches(start, end))
-        )
+    def read(
+        self, start: int | None = None, end: int | None = None, *, raw: bool = False
+    ) -> Iterator[Record]:
+        """Records with offsets in ``[start, end)`` in offset order, keys and values
+        deserialized (``raw=True``: as stored, bytes)."""
+        convert = RecordBatch.records if raw else self.serde.records
+        return itertools.chain.from_iterable(map(convert, self.read_batches(start, end)))
 
     def get_segments(self) -> list[int]:
         return list_segments(self.directory)
@@ -557,17 +603,18 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
-    def subscribe(self, name: str, *, start: int | None = None) -> Any:
+    def subscribe(self, name: str, *, start: int | None = None, raw: bool = False) -> Any:
         """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
 
         A durable name has one consumer at a time in all processes and threads: while one
         is open, this raises :class:`SubscriberBusyError` naming the holder's pid.
-        :meth:`close` closes every subscriber made here.
+        :meth:`close` closes every subscriber made here. Its ``poll`` deserializes keys and
+        values as :meth:`read` does (``raw=True``: bytes).
         """
         from .subscriber import Subscriber
 
         self._check_open()
-        subscriber = Subscriber(self, name, start=start)
+        subscriber = Subscriber(self, name, start=start, serde=RAW if raw else self.serde)
         self._subscribers.add(subscriber)
         if self._closed:  # close() ran in another thread meanwhile and missed this one
             subscriber.close()
@@ -600,12 +647,14 @@ class Log:
         self._writable()
         return compact_log(self, force=force, now_ms=now_ms, progress=progress)
 
-    def latest(self, as_of: int | None = None) -> Iterator[Record]:
-        """The latest non-tombstone record of every key among offsets below ``as_of``."""
-        from .latest import latest_records
+    def latest(self, as_of: int | None = None, *, raw: bool = False) -> Iterator[Record]:
+        """The latest non-tombstone record of every key among offsets below ``as_of``, keys
+        and values deserialized (``raw=True``: bytes)."""
+        from .latest import latest_batches
 
         self._check_open()
-        return latest_records(self, as_of)
+        convert = RecordBatch.records if raw else self.serde.records
+        return itertools.chain.from_iterable(map(convert, latest_batches(self, as_of)))
 
     def latest_batches(self, as_of: int | None = None) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
