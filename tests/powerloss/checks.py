@@ -34,6 +34,7 @@ from .models import CrashState
 from .workloads import LOG, PROBE, SCRATCH, Promise, Workload
 
 Read = list[tuple[int, bytes, bytes | None]]
+BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')  # a repr of bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ def _run(phase: str, root: str, check: Callable[[list[CheckFailed]], None]) -> l
 def normalise(message: str) -> str:
     """``message`` with numbers and file names taken out, so alike failures group."""
     message = re.sub(r"<root>\S*", "<path>", message)
+    message = BYTES_LITERAL.sub("b'...'", message)
     message = re.sub(r"\b\d{20}\.\w+", "<file>", message)
     return re.sub(r"\d+", "N", message)
 

@@ -16,7 +16,8 @@ docs/powerloss.md for the crash model in words.
   sectors (512 B) that differ from the file's last sync are each either old or new.
 - slow models (``reordered``: btrfs-like, metadata of the calls since the last sync in any
   order, a bounded enumeration; ``garbled``: ``ordered`` metadata, unsynced sectors old,
-  new or garbage, as SQLite's crash tests fill them).
+  new or garbage where the unsynced writes changed them, as SQLite's crash tests fill
+  unsynced sectors).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import combinations
 
-from .recorder import ROOT_NODE, SYNC_CALLS, Recording, Tree
+from .recorder import ROOT_NODE, SYNC_CALLS, Recording, Tree, walk
 
 SECTOR = 512
 MAX_METADATA_PREFIXES = 8  # metadata prefixes tried per crash point (evenly spread)
@@ -246,6 +247,22 @@ def ordered(recording: Recording, seed: int = 0) -> Iterator[list[CrashState]]:
         yield found.states
 
 
+def ordered_with_new(recording: Recording, index: int, new_paths: set[str]) -> CrashState:
+    """One state the ordered model allows after event ``index``: all metadata on disk, the
+    files at ``new_paths`` with their current data, every other file's unsynced sectors
+    old (e.g. a head that reached disk while the data it describes did not)."""
+    progress = _Progress(recording)
+    for event in recording.events[: index + 1]:
+        progress.step(event.index, event.call, event.tree, event.synced_node)
+    tree = recording.events[index].tree
+    fresh = {node for path, node in walk(tree.entries, tree.data) if path in new_paths}
+
+    def choose(node: int, sector: int, old: bytes, new: bytes) -> bytes:
+        return new if node in fresh else old
+
+    return progress.state(tree, choose, f"all metadata, new data only in {sorted(new_paths)}")
+
+
 def reordered(recording: Recording, seed: int = 0) -> Iterator[list[CrashState]]:
     """btrfs-like (slow): the metadata of the calls since the last sync in any order (each
     call's own changes atomic), a bounded enumeration of subsets; data all new or all old."""
@@ -295,7 +312,7 @@ def _garbage(
     rng: random.Random, unsynced: set[tuple[int, int]]
 ) -> Callable[[int, int, bytes, bytes], bytes]:
     def choose(node: int, sector: int, old: bytes, new: bytes) -> bytes:
-        return rng.randbytes(SECTOR) if (node, sector) in unsynced else new
+        return _garble(rng, old, new) if (node, sector) in unsynced else new
 
     return choose
 
@@ -306,9 +323,17 @@ def _mixture(
     def choose(node: int, sector: int, old: bytes, new: bytes) -> bytes:
         if (node, sector) not in unsynced:
             return new
-        return rng.choice((old, new, rng.randbytes(SECTOR)))
+        return rng.choice((old, new, _garble(rng, old, new)))
 
     return choose
+
+
+def _garble(rng: random.Random, old: bytes, new: bytes) -> bytes:
+    """``new`` with every byte that the unsynced writes changed replaced by garbage: the
+    bytes they left alone stay (SQLite's "powersafe overwrite": a write does not damage
+    the rest of its sector)."""
+    noise = rng.randbytes(len(new))
+    return bytes(n if o == n else g for o, n, g in zip(old, new, noise, strict=True))
 
 
 Diff = tuple[tuple[tuple[int, str, int | None], ...], tuple[tuple[int, int], ...]]

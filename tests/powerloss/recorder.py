@@ -69,7 +69,11 @@ class Tree:
 
     def files(self) -> dict[str, bytes]:
         """Relative path -> contents of every file reachable from the root."""
-        return {path: self.data[node] for path, node in walk(self.entries, self.data)}
+        return {
+            path: self.data[node]
+            for path, node in walk(self.entries, self.data)
+            if not path.endswith("/")
+        }
 
 
 def walk(entries: dict[int, dict[str, int]], data: dict[int, bytes]) -> Iterator[tuple[str, int]]:

@@ -3,8 +3,9 @@
 Checks every crash point of the chosen workloads under the chosen models and prints, per
 workload and model, the states checked and the failures grouped by kind, with one example
 each (the events up to the crash point and the check that failed). ``--slow`` adds the
-slow models (reordered metadata, garbled sectors). ``--save`` writes each kind's example
-as a regression fixture into tests/powerloss/fixtures/. Exits 1 when anything failed.
+slow models (reordered metadata, garbled sectors). ``--save`` writes the first example of
+each kind per workload as a regression fixture into tests/powerloss/fixtures/. Exits 1
+when anything failed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.workload or [n for n, w in WORKLOADS.items() if args.slow or not w.slow]
     started = time.perf_counter()
     total_failed = 0
+    examples: dict[tuple[str, str], suite.FailedState] = {}  # (workload, kind) -> first
     for name in names:
         recording = suite.recording(name)
         for model in models:
@@ -52,9 +54,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    state: {example.state.variant}")
                 for failure in example.failures:
                     print(f"    -> {failure}")
-                if args.save:
-                    print(f"    saved {regressions.save(example)}")
+                examples.setdefault((name, kind), example)
     print(f"{total_failed} failing states; {time.perf_counter() - started:.1f} s")
+    if args.save:
+        saved = {regressions.save(example) for example in examples.values()}
+        print(f"saved {len(saved)} fixtures into {regressions.FIXTURES}")
     return 1 if total_failed else 0
 
 

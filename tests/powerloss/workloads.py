@@ -28,7 +28,7 @@ from typing import Any
 
 import compactlog
 
-from .models import MODELS, CrashState
+from .models import MODELS, CrashState, ordered_with_new
 from .recorder import SYNC_CALLS, Recorder, Recording
 
 LOG = "log"  # the log's directory, relative to the workload's root
@@ -331,12 +331,32 @@ def two_losses(session: Session) -> None:
     old content), opened writable, appended to and closed under the recorder."""
     recording = record(Workload("first", appending("always", count=4)))
     state, promise = _crash_state_a(recording)
+    _second_run(session, state, promise, size=40)
+
+
+def two_losses_stale_head(session: Session) -> None:
+    """A second power loss after a first one that kept the head in ``.lock`` but not the
+    records it describes (``sync="interval"``, before the flush; an ordered-model state),
+    so the old head points into the records the second run appends (larger ones, with index
+    entries every 100 bytes)."""
+    first = Workload(
+        "first", appending("interval", count=5, flush_every=100, index_interval_bytes=100)
+    )
+    recording = record(first)
+    index = max(e.index for e in recording.events if e.call == "pwrite" and ".log" in e.detail)
+    state = ordered_with_new(recording, index, {f"{LOG}/.lock"})
+    _second_run(session, state, recording.progress_at_crash(index), size=90)
+
+
+def _second_run(session: Session, state: CrashState, promise: Promise, *, size: int) -> None:
+    """Materialize crash state A, then open it writable, append three records of ``size``
+    bytes under ``sync="always"`` and close, recorded."""
     state.materialize(session.root)
     present = _end_after_open(state)  # where the recorded open will append
-    written = list(promise.written[:present]) + records(present + 3)[present:]
+    written = list(promise.written[:present]) + records(present + 3, size=size)[present:]
     session.expect(written)
     session.ack(promise.acked)
-    with session.recording(), compactlog.open(session.log) as log:
+    with session.recording(), compactlog.open(session.log, sync="always") as log:
         _append(session, log, written, present, "always", 1, 1)
 
 
@@ -386,5 +406,6 @@ WORKLOADS: dict[str, Workload] = {
         Workload("subscriber-before-sync", subscriber_before_sync),
         Workload("subscriber-unflushed", subscriber_unflushed),
         Workload("two-losses", two_losses),
+        Workload("two-losses-stale-head", two_losses_stale_head),
     ]
 }
