@@ -12,7 +12,8 @@ read-only and once writable. On each:
    (``suffix``); after compaction, records written, in offset order, including the latest
    acknowledged record of every key (``latest``, Kafka's guarantee);
 3. every durable subscriber checkpoint is at most the log's end offset, and at least
-   the offset of the subscriber's last returned ``commit()``;
+   the offset of the subscriber's last returned ``commit()`` (or the acknowledged end,
+   if that is lower: a commit of records that were never acknowledged may be taken back);
 4. every snapshot whose ``snapshot()`` returned opens and holds its records;
 5. (writable) a new append gets offset == end offset and reads back.
 """
@@ -173,8 +174,10 @@ def _check_log(
                     f"subscriber {name!r} checkpoint {offset} is past the end offset {end}",
                 )
             )
+    acked_end = promise.first_offset + promise.acked
     for name, offset in dict(promise.commits).items():  # (the last commit of each)
-        if durable.get(name, -1) < offset:
+        # a commit past the acknowledged records may come back to them: those may be lost
+        if durable.get(name, -1) < min(offset, acked_end):
             found.append(
                 CheckFailed(
                     "a returned commit was lost",

@@ -59,6 +59,21 @@ _REAL = {name: getattr(os, name) for name in PATCHED}
 _REAL_MMAP = mmap.mmap
 
 
+def _library_bindings() -> list[tuple[Any, str]]:
+    """(module, name) of every ``from os import name`` of a patched function in a
+    ``compactlog`` module, whether it holds the real function or a recorder's wrapper (a
+    module first imported during a recording binds the wrapper)."""
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("compactlog"):
+            continue
+        for name, real in _REAL.items():
+            value = module.__dict__.get(name)
+            if value is real or getattr(value, "__wrapped__", None) is real:
+                found.append((module, name))
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Tree:
     """The files under the root at one moment: directory node -> {name: node}, and the
@@ -166,6 +181,8 @@ class Recorder:
         finally:
             for owner, name, value in saved:
                 setattr(owner, name, value)
+            for module, name in _library_bindings():  # (modules first imported meanwhile)
+                setattr(module, name, _REAL[name])
 
     def result(self) -> Recording:
         assert self._initial is not None, "nothing was recorded"
@@ -174,12 +191,7 @@ class Recorder:
     def _patches(self) -> list[tuple[Any, str, Any]]:
         wrappers = {name: self._wrap(name, _REAL[name]) for name in PATCHED}
         patches: list[tuple[Any, str, Any]] = [(os, name, w) for name, w in wrappers.items()]
-        for module_name, module in list(sys.modules.items()):
-            if module is None or not module_name.startswith("compactlog"):
-                continue
-            for name, real in _REAL.items():
-                if module.__dict__.get(name) is real:  # a `from os import name` binding
-                    patches.append((module, name, wrappers[name]))
+        patches += [(module, name, wrappers[name]) for module, name in _library_bindings()]
         patches.append((mmap, "mmap", self._mmap_class()))
         return patches
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
+import types
 from collections.abc import Callable
 
 import pytest
@@ -76,6 +78,32 @@ def test_a_from_os_import_binding_in_the_library_is_recorded(tmp_path):
 
     recording = _record(str(tmp_path), script)
     assert [e.call for e in recording.events] == ["open", "pwrite"]
+
+
+def test_a_library_module_first_imported_during_a_recording_is_recorded_by_the_next(
+    tmp_path, monkeypatch
+):
+    real_pwrite = os.pwrite
+    module = types.ModuleType("compactlog._imported_while_recording")
+
+    def script(root: str) -> None:
+        module.pwrite = os.pwrite  # what `from os import pwrite` binds during a recording
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        fd = os.open(os.path.join(root, "a"), os.O_RDWR | os.O_CREAT)
+        module.pwrite(fd, b"abc", 0)
+        os.close(fd)
+
+    first = _record(str(tmp_path), script)
+    assert module.pwrite is real_pwrite  # no recorder's wrapper left behind
+
+    def again(root: str) -> None:
+        fd = os.open(os.path.join(root, "a"), os.O_RDWR)
+        module.pwrite(fd, b"def", 0)
+        os.close(fd)
+
+    second = _record(str(tmp_path), again)
+    assert [e.call for e in first.events] == ["open", "pwrite"]
+    assert [e.call for e in second.events] == ["pwrite"]
 
 
 def test_stores_into_a_shared_map_show_at_the_next_event_and_msync_syncs(tmp_path):

@@ -337,14 +337,43 @@ def two_losses(session: Session) -> None:
 def two_losses_stale_head(session: Session) -> None:
     """A second power loss after a first one that kept the head in ``.lock`` but not the
     records it describes (``sync="interval"``, before the flush; an ordered-model state),
-    so the old head points into the records the second run appends (larger ones, with index
-    entries every 100 bytes)."""
+    so the old head points into the records the second run appends (larger ones)."""
+    _two_losses_from_unflushed(session, f"{LOG}/.lock")
+
+
+def two_losses_stale_index(session: Session) -> None:
+    """The same with the segment's index instead of the head, in a log created by the
+    first run (so ``.lock`` never reached disk and recovery starts from the index): after
+    the first loss the index's entries point past the records that survived, into what the
+    second run appends."""
+    recording = record(Workload("first", _fresh_unflushed))
+    index = max(e.index for e in recording.events if e.call == "pwrite" and ".log" in e.detail)
+    state = ordered_with_new(recording, index, {f"{LOG}/00000000000000000000.idx"})
+    _second_run(session, state, recording.progress_at_crash(index), size=90)
+
+
+def _fresh_unflushed(session: Session) -> None:
+    """A log created recorded (``sync="interval"``, an index entry every 100 bytes), two
+    records flushed, then three more flushed at the close."""
+    written = records(5)
+    session.expect(written)
+    with (
+        session.recording(),
+        compactlog.open(
+            session.log, sync="interval", sync_interval_ms=60_000, index_interval_bytes=100
+        ) as log,
+    ):
+        _append(session, log, written[:2], 0, "interval", 1, 100)
+        _append(session, log, written, 2, "interval", 1, 100)
+
+
+def _two_losses_from_unflushed(session: Session, kept: str) -> None:
     first = Workload(
         "first", appending("interval", count=5, flush_every=100, index_interval_bytes=100)
     )
     recording = record(first)
     index = max(e.index for e in recording.events if e.call == "pwrite" and ".log" in e.detail)
-    state = ordered_with_new(recording, index, {f"{LOG}/.lock"})
+    state = ordered_with_new(recording, index, {kept})
     _second_run(session, state, recording.progress_at_crash(index), size=90)
 
 
@@ -407,5 +436,6 @@ WORKLOADS: dict[str, Workload] = {
         Workload("subscriber-unflushed", subscriber_unflushed),
         Workload("two-losses", two_losses),
         Workload("two-losses-stale-head", two_losses_stale_head),
+        Workload("two-losses-stale-index", two_losses_stale_index),
     ]
 }
