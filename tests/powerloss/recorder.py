@@ -23,6 +23,7 @@ directory at its last fsync".
 
 from __future__ import annotations
 
+import builtins
 import mmap
 import os
 import sys
@@ -57,6 +58,53 @@ PATCHED = (
 _CHANGING_OPEN_FLAGS = os.O_CREAT | os.O_TRUNC
 _REAL = {name: getattr(os, name) for name in PATCHED}
 _REAL_MMAP = mmap.mmap
+
+
+def _library_modules() -> list[Any]:
+    """The ``compactlog`` modules that see the built-in ``open`` (none of their own)."""
+    return [
+        module
+        for module_name, module in list(sys.modules.items())
+        if module is not None
+        and module_name.startswith("compactlog")
+        and "open" not in module.__dict__
+    ]
+
+
+class _RecordedFile:
+    """A file object of the library opened for writing: each write is flushed and is an
+    event, so is each truncation."""
+
+    def __init__(self, handle: Any, recorder: Recorder, path: str) -> None:
+        self._handle = handle
+        self._recorder = recorder
+        self._path = path
+
+    def write(self, data: Any) -> int:
+        with self._recorder._lock:
+            try:
+                written = self._handle.write(data)
+                self._handle.flush()
+            finally:
+                self._recorder._event("write", f"{self._path}, {len(data)} B", None, None)
+        return written
+
+    def truncate(self, size: int | None = None) -> int:
+        with self._recorder._lock:
+            try:
+                self._handle.flush()
+                return self._handle.truncate(size)
+            finally:
+                self._recorder._event("ftruncate", f"{self._path}, {size}", None, None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    def __enter__(self) -> _RecordedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
 
 
 def _library_bindings() -> list[tuple[Any, str]]:
@@ -173,7 +221,11 @@ class Recorder:
         self._nodes[os.stat(self.root).st_ino] = ROOT_NODE
         self._initial = self._read_tree()
         patches = self._patches()
-        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        saved = [
+            (owner, name, getattr(owner, name))
+            for owner, name, _ in patches
+            if name != "open" or owner is os
+        ]
         for owner, name, value in patches:
             setattr(owner, name, value)
         try:
@@ -183,6 +235,9 @@ class Recorder:
                 setattr(owner, name, value)
             for module, name in _library_bindings():  # (modules first imported meanwhile)
                 setattr(module, name, _REAL[name])
+            for owner, name, _ in patches:
+                if name == "open" and owner is not os:
+                    del owner.open  # (the built-in again)
 
     def result(self) -> Recording:
         assert self._initial is not None, "nothing was recorded"
@@ -193,7 +248,23 @@ class Recorder:
         patches: list[tuple[Any, str, Any]] = [(os, name, w) for name, w in wrappers.items()]
         patches += [(module, name, wrappers[name]) for module, name in _library_bindings()]
         patches.append((mmap, "mmap", self._mmap_class()))
+        opener = self._open_file
+        patches += [(module, "open", opener) for module in _library_modules()]
         return patches
+
+    def _open_file(self, file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        """The built-in ``open`` as the library's modules see it while recording: a file
+        opened for writing reports its writes and truncations as events."""
+        handle = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 (returned)
+        if not set(mode) & set("wax+"):
+            return handle
+        path = self._relative(file)
+        if path is None:
+            return handle
+        if set(mode) & set("wx"):
+            with self._lock:
+                self._event("open", f"{path}, {mode}", None, None)
+        return _RecordedFile(handle, self, path)
 
     def _wrap(self, call: str, real: Callable[..., Any]) -> Callable[..., Any]:
         describe = getattr(self, f"_describe_{call}", None) or self._describe_fd_call

@@ -289,3 +289,17 @@ def test_a_recording_says_what_was_promised_at_each_crash_point(tmp_path):
         recorder.progress = "after"
     recording: Recording = recorder.result()
     assert [recording.progress_at_crash(i) for i in range(2)] == ["before", "after"]
+
+
+def test_files_the_library_writes_through_the_builtin_open_are_recorded(tmp_path):
+    from compactlog import recovery  # (repair rewrites a torn segment header this way)
+
+    def script(root: str) -> None:
+        with recovery.open(os.path.join(root, "a"), "wb") as handle:  # type: ignore[attr-defined]
+            handle.write(b"abcdef")
+            handle.truncate(3)
+
+    recording = _record(str(tmp_path), script)
+    assert [e.call for e in recording.events] == ["open", "write", "ftruncate"]
+    assert recording.events[-1].tree.files() == {"a": b"abc"}
+    assert "open" not in recovery.__dict__  # the built-in again
