@@ -179,6 +179,7 @@ class Recording:
     events: list[Event]
     final_progress: Any
     kinds: dict[int, str] = field(default_factory=dict)  # node -> "dir" | "file"
+    root: str = ""  # the directory recorded (gone once the workload is over)
 
     def progress_at_crash(self, index: int) -> Any:
         """What was acknowledged when power was lost right after event ``index``: what the
@@ -241,7 +242,9 @@ class Recorder:
 
     def result(self) -> Recording:
         assert self._initial is not None, "nothing was recorded"
-        return Recording(self._initial, list(self.events), self.progress, dict(self.kinds))
+        return Recording(
+            self._initial, list(self.events), self.progress, dict(self.kinds), self.root
+        )
 
     def _patches(self) -> list[tuple[Any, str, Any]]:
         wrappers = {name: self._wrap(name, _REAL[name]) for name in PATCHED}

@@ -22,6 +22,7 @@ from .suite import FailedState
 from .workloads import Promise, Workload
 
 FIXTURES = Path(__file__).parent / "fixtures"
+ROOT_STAND_IN = b"/powerloss-root"  # for the workload's directory in saved files
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +67,21 @@ def save(failed: FailedState) -> Path:
             "snapshots": [list(s) for s in promise.snapshots],
         },
         "dirs": list(failed.state.dirs),
-        "files": {path: _b64(zlib.compress(data, 9)) for path, data in failed.state.files},
+        "files": {
+            path: _b64(zlib.compress(_scrub(data, failed.root), 9))
+            for path, data in failed.state.files
+        },
     }
     FIXTURES.mkdir(exist_ok=True)
     path = FIXTURES / name
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path
+
+
+def _scrub(data: bytes, root: str) -> bytes:
+    """``data`` without the temporary directory the workload ran in (no path of the
+    machine that saved a fixture is kept)."""
+    return data.replace(root.encode(), ROOT_STAND_IN) if root else data
 
 
 def load(path: str | os.PathLike[str]) -> Regression:

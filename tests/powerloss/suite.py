@@ -25,6 +25,7 @@ class FailedState:
     state: CrashState
     promise: Promise
     failures: tuple[Failure, ...]
+    root: str  # where the workload ran: files may name it (a snapshot's manifest)
 
     def tail(self, recording: Recording, count: int = 6) -> list[str]:
         """The last ``count`` events up to the crash point."""
@@ -68,6 +69,8 @@ def check_point(name: str, model: str, index: int) -> list[FailedState]:
             _checked[key] = tuple(check_state(state, promise, workload))
         if _checked[key]:
             failed.append(
-                FailedState(workload, model, rec.events[index], state, promise, _checked[key])
+                FailedState(
+                    workload, model, rec.events[index], state, promise, _checked[key], rec.root
+                )
             )
     return failed
