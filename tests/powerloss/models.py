@@ -127,6 +127,7 @@ class _Progress:
         self.kinds = recording.kinds
         self.committed: Tree = recording.initial
         self.pending: list[Tree] = []  # the tree after each call since the last commit
+        self.pending_events: list[int] = []  # (their event numbers)
         self.synced: dict[int, bytes] = dict(recording.initial.data)
         self.latest: dict[int, bytes] = dict(recording.initial.data)
         self.first_change: dict[tuple[int, int], int] = {}  # (node, sector) -> event
@@ -141,8 +142,10 @@ class _Progress:
         if call in SYNC_CALLS or synced_node is not None:
             self.committed = tree
             self.pending = []
+            self.pending_events = []
         else:
             self.pending.append(tree)
+            self.pending_events.append(index)
         if synced_node is not None and synced_node in tree.data:
             self.synced[synced_node] = tree.data[synced_node]
             for key in [k for k in self.first_change if k[0] == synced_node]:
@@ -282,7 +285,8 @@ def reordered(recording: Recording, seed: int = 0) -> Iterator[list[CrashState]]
         for subset in subsets:
             chosen = [diffs[i] for i in subset]
             tree = _apply(progress.committed, chosen, progress.latest, progress.kinds)
-            label = f"metadata of calls {list(subset)} of {len(changing)} pending"
+            calls = [progress.pending_events[i] for i in subset]
+            label = f"metadata of calls {calls} only, of {len(changing)} pending"
             found.add(progress.state(tree, _new, f"{label}, data new"))
             found.add(progress.state(tree, _old, f"{label}, data at last sync"))
         yield found.states
