@@ -5,7 +5,8 @@ changes a log (the head's mapped stores, the exclusive writer's mapped tail, ``m
 snapshots' links, repair's header rewrite), and a simulator that trusts the seam tests less
 than users run. So the recorder patches the ``os`` functions that change files (and every
 ``from os import name`` binding of them in ``compactlog`` modules, e.g. ``single.pwrite``)
-and ``mmap.mmap.flush``. Each call under the workload's root directory is one *event*:
+``mmap.mmap.flush``, and the built-in ``open`` for writing as ``compactlog`` modules see
+it. Each call under the workload's root directory is one *event*:
 
 1. the real call runs (the recorder observes, it never emulates: the workload runs on a
    real directory);
@@ -203,6 +204,7 @@ class Recorder:
         self._live: set[int] = {ROOT_NODE}  # nodes in the last tree
         self._next_node = ROOT_NODE + 1
         self._initial: Tree | None = None
+        self._last_data: dict[int, bytes] = {}  # the last tree's contents, to share
         self._hooks: list[tuple[str, str, Callable[[], None]]] = []
 
     def once_before(self, call: str, detail: str, action: Callable[[], None]) -> None:
@@ -431,9 +433,12 @@ class Recorder:
                     elif node not in data:
                         self.kinds[node] = "file"
                         with open(entry.path, "rb") as handle:
-                            data[node] = handle.read()
+                            content = handle.read()
+                        previous = self._last_data.get(node)
+                        data[node] = previous if previous == content else content  # (shared)
             entries[directory] = names
         self._live = live
+        self._last_data = data
         return Tree(entries, data)
 
     def _node(self, ino: int, live: set[int]) -> int:
