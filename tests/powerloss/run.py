@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", action="store_true", help="save one fixture per failure kind")
     args = parser.parse_args(argv)
     models = args.model or [*MODELS, *(SLOW_MODELS if args.slow else ())]
-    names = args.workload or [n for n, w in WORKLOADS.items() if args.slow or not w.slow]
+    names = args.workload or list(WORKLOADS)
     started = time.perf_counter()
     total_failed = 0
     examples: dict[tuple[str, str], suite.FailedState] = {}  # (workload, kind) -> first

@@ -12,11 +12,9 @@ from .models import MODELS, SLOW_MODELS
 from .workloads import WORKLOADS
 
 
-def _points(models: list[str], slow: bool) -> list[object]:
+def _points(models: list[str]) -> list[object]:
     points = []
-    for name, workload in WORKLOADS.items():
-        if workload.slow and not slow:
-            continue
+    for name in WORKLOADS:
         try:
             events = suite.recording(name).events
         except Exception:  # the test reports it: one failure, not an error of collection
@@ -37,9 +35,9 @@ def _points(models: list[str], slow: bool) -> list[object]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.function is test_crash_point:
-        metafunc.parametrize(("name", "model", "index"), _points(list(MODELS), slow=False))
+        metafunc.parametrize(("name", "model", "index"), _points(list(MODELS)))
     elif metafunc.function is test_crash_point_slow:
-        metafunc.parametrize(("name", "model", "index"), _points(list(SLOW_MODELS), slow=True))
+        metafunc.parametrize(("name", "model", "index"), _points(list(SLOW_MODELS)))
 
 
 def _check(name: str, model: str, index: int) -> None:

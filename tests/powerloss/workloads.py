@@ -68,7 +68,6 @@ class Workload:
     rule: str = "prefix"  # "prefix": read = written[:k]; "suffix": retention may drop a
     # prefix; "latest": compaction keeps at least every key's latest record
     create: bool = False  # a brand-new log: a state without its meta file is no log yet
-    slow: bool = False
 
 
 class Session:
