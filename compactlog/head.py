@@ -195,17 +195,22 @@ def read_published_head(fd: int, *, any_boot: bool = False) -> Head | None:
     return None
 
 
-def read_log_head(directory: str, *, any_boot: bool = False) -> Head | None:
-    """The head in ``directory``'s ``.lock`` as readers may trust it
+def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
+    """The head in the ``.lock`` file at ``path`` as readers may trust it
     (:func:`read_published_head`)."""
     try:
-        fd = os.open(os.path.join(directory, filenames.WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
         return read_published_head(fd, any_boot=any_boot)
     finally:
         os.close(fd)
+
+
+def read_log_head(directory: str, *, any_boot: bool = False) -> Head | None:
+    """The head in ``directory``'s ``.lock`` (:func:`read_head_file`)."""
+    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK), any_boot=any_boot)
 
 
 def lock_exclusive(fd: int) -> None:
