@@ -11,23 +11,29 @@ latest of its key and that is not a tombstone. Both passes are columnar
 Consistency: every segment overlapping the range is opened before pass 1 and both passes
 read those descriptors, so a cleaner swapping segments meanwhile (or retention removing
 them) changes nothing the passes see: the old files stay readable through their open
-descriptors. Output is in offset order. As with Kafka, ``as_of`` below the cleaned part of
-the log gives *at least* the state as of ``as_of`` for keys not rewritten since: compaction
-keeps only the latest record of a key, so a key whose record before ``as_of`` was
-superseded by one at or after ``as_of`` may be missing.
+descriptors. Output is in offset order.
+
+Exactness (:func:`check_exact`, also the rule of Spark's ``asOfOffset``): ``as_of`` below
+the cleaner point is refused with :class:`~compactlog.errors.InexactReadError` naming the
+lowest exact offset. With ``allow_inexact=True`` it gives, as Kafka does, *at least* the
+state as of ``as_of`` for keys not rewritten since: compaction keeps only the latest record
+of a key, so a key whose record before ``as_of`` was superseded by one at or after
+``as_of`` may be missing.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .compaction.columns import filter_batch
 from .compaction.offset_map import OffsetMap, key_digests
-from .errors import MissingSegmentError
+from .errors import InexactReadError, MissingSegmentError
 from .format import Record, RecordBatch
 from .segment import HEADER_SIZE, SegmentReader, list_segments
+from .state_files import read_cleaner_state
 
 if TYPE_CHECKING:
     from .log import Log
@@ -93,10 +99,45 @@ class _OpenSegments:
                     yield batch
 
 
-def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
+def check_exact(
+    as_of: int,
+    cleaner_point: int,
+    end: int,
+    *,
+    allow_inexact: bool,
+    names: tuple[str, str] = ("as_of", "allow_inexact=True"),
+) -> None:
+    """Refuse a state as of an offset below the cleaner point (``names``: how the caller
+    spells the offset and the escape hatch): compaction may have removed records of it."""
+    if as_of < min(cleaner_point, end) and not allow_inexact:
+        offset_name, escape = names
+        raise InexactReadError(
+            f"{offset_name}={as_of} is below the cleaner point {cleaner_point}: "
+            f"compaction may have removed records of that state. The lowest offset with an "
+            f"exact state is {cleaner_point}; set {escape} to read anyway (Kafka's "
+            "rule: every key at least its latest record not rewritten since)"
+        )
+
+
+def latest_batches(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> Iterator[RecordBatch]:
     """Columnar :func:`latest_records`: batches holding only each key's latest record below
     ``as_of`` (default: the end offset at the call), tombstones and keyless records left out.
+    ``as_of`` below the cleaner point raises :class:`InexactReadError` at the call unless
+    ``allow_inexact`` (see :func:`check_exact`).
     """
+    if as_of is not None:
+        check_exact(
+            as_of,
+            read_cleaner_state(log.directory).first_dirty_offset,
+            log.end_offset,
+            allow_inexact=allow_inexact,
+        )
+    return _latest_batches(log, as_of)
+
+
+def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
     end = log.end_offset if as_of is None else as_of
     start = log.start_offset
     if end <= start:
@@ -124,20 +165,24 @@ def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
                 yield filter_batch(batch, keep)
 
 
-def latest_records(log: Log, as_of: int | None = None) -> Iterator[Record]:
+def latest_records(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> Iterator[Record]:
     """The latest non-tombstone record of every key among offsets below ``as_of``, in
     offset order."""
-    for batch in latest_batches(log, as_of):
-        yield from batch.records()
+    batches = latest_batches(log, as_of, allow_inexact=allow_inexact)
+    return itertools.chain.from_iterable(map(RecordBatch.records, batches))
 
 
-def latest_dict(log: Log, as_of: int | None = None) -> dict[bytes, bytes]:
+def latest_dict(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> dict[bytes, bytes]:
     """``{key: value}`` of the latest state (a convenience for small logs and tests)."""
     result: dict[bytes, bytes] = {}
-    for record in latest_records(log, as_of):
+    for record in latest_records(log, as_of, allow_inexact=allow_inexact):
         assert record.key is not None and record.value is not None
         result[record.key] = record.value
     return result
 
 
-__all__ = ["latest_batches", "latest_dict", "latest_records"]
+__all__ = ["check_exact", "latest_batches", "latest_dict", "latest_records"]

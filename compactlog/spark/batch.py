@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..compaction.offset_map import OffsetMap, key_digests
-from ..errors import ConfigError
+from ..errors import InexactReadError
 from ..format import RecordBatch
+from ..latest import check_exact
 from ..reader import iter_batches
 from ..segment import list_segments
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
@@ -51,10 +52,6 @@ UNLIMITED = 1 << 62
 _BIT = np.array([1 << i for i in range(8)], dtype=np.uint8)  # _BIT[i]: bit i of a byte
 _THREE = np.uint64(3)
 _SEVEN = np.uint64(7)
-
-
-class InexactReadError(ConfigError):
-    """``asOfOffset`` below the cleaner point: compaction may have removed that state."""
 
 
 @dataclass(slots=True)
@@ -158,17 +155,13 @@ def plan_read(options: ReadOptions) -> ReadPlan:
         if limit is not None:
             end = min(end, limit)
     end = max(end, start)
-    if (
-        not options.changelog
-        and options.as_of is not None
-        and options.as_of < min(cleaner_point, snapshot_end)
-        and not options.allow_inexact
-    ):
-        raise InexactReadError(
-            f"asOfOffset={options.as_of} is below the cleaner point {cleaner_point}: "
-            f"compaction may have removed records of that state. The lowest offset with an "
-            f"exact state is {cleaner_point}; set allowInexact=true to read anyway (Kafka's "
-            "rule: every key at least its latest record not rewritten since)"
+    if not options.changelog and options.as_of is not None:
+        check_exact(
+            options.as_of,
+            cleaner_point,
+            snapshot_end,
+            allow_inexact=options.allow_inexact,
+            names=("asOfOffset", "allowInexact=true"),
         )
     head_start = max(start, min(cleaner_point, end))
     head_map = None
