@@ -94,6 +94,7 @@ class _Part:
         self.log = open_log(directory, read_only=True, create=False)
         self.store = table._new_store(self.log.directory)
         self.offset = 0
+        self.settled = 0  # the offset whose change callbacks have run
         self.subscriber: Any = None
         self.thread: threading.Thread | None = None
 
@@ -118,7 +119,7 @@ class _Part:
                 report(progress)
         with self.table._lock:
             self.store = store
-            self.offset = end
+            self.offset = self.settled = end
         if self.subscriber is not None:
             self.subscriber.seek(end)
         else:
@@ -141,9 +142,11 @@ class _Part:
             for batch in batches:
                 self.store.apply(batch, changes)
             self.offset = position
-            table._moved.notify_all()
         if changes:
             table._emit(changes)
+        with table._lock:
+            self.settled = position  # wait_for returns once the callbacks ran too
+            table._moved.notify_all()
         return True
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
@@ -260,19 +263,20 @@ class Table(Mapping[Any, Any]):
     def wait_for(
         self, offset: int, timeout: float | None = None, *, partition: int | None = None
     ) -> None:
-        """Return once the record at ``offset`` (e.g. what ``append`` returned) is applied:
-        ``table.offset > offset``. Raises ``TimeoutError`` after ``timeout`` seconds."""
+        """Return once the record at ``offset`` (e.g. what ``append`` returned) is applied
+        (``table.offset > offset``) and the change callbacks up to it have run. Raises
+        ``TimeoutError`` after ``timeout`` seconds."""
         part = self._part(partition)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 self._raise_errors()
-                if part.offset > offset:
+                if part.settled > offset:
                     return
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(
-                        f"table offset {part.offset} did not pass {offset} within {timeout} s"
+                        f"table offset {part.settled} did not pass {offset} within {timeout} s"
                     )
                 if self.follow:
                     self._moved.wait(remaining)
