@@ -248,7 +248,7 @@ def test_a_partitioned_directory_is_one_table(tmp_path):
             assert table[b"p1-new"] == b"x"
             assert table.offsets == {0: 5, 1: 6, 2: 5}
             with pytest.raises(ConfigError, match="offsets"):
-                table.offset
+                _ = table.offset
             with pytest.raises(ConfigError, match="partition="):
                 table.wait_for(0)
     finally:
