@@ -49,7 +49,7 @@ class Writer:
         return self._answer()
 
     def append(self, key: bytes, value: bytes | None) -> int:
-        return int(self.send(f"append {key.hex()} {'-' if value is None else value.hex()}"))
+        return int(self.send(f"append {key.hex()} {'-' if value is None else 'v' + value.hex()}"))
 
     def close(self) -> None:
         assert self.process.stdin is not None

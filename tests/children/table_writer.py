@@ -3,7 +3,7 @@
 Usage: python table_writer.py LOG_DIR CONFIG_JSON
 
 Reads one command per line on stdin and answers one line on stdout once it is done:
-``append <key hex> <value hex or ->`` (``-``: a tombstone) answers the record's offset;
+``append <key hex> v<value hex>`` (or ``-`` for a tombstone) answers the record's offset;
 ``compact`` (a forced cleaning pass; with ``delete_retention_ms=0`` it drops tombstones the
 cleaner saw before) and ``retain`` (delete
 retention as if far in the future: every closed segment goes) answer ``ok``; ``pairs N``
@@ -32,7 +32,7 @@ def main() -> None:
         for line in sys.stdin:
             words = line.split()
             if words[0] == "append":
-                value = None if words[2] == "-" else bytes.fromhex(words[2])
+                value = None if words[2] == "-" else bytes.fromhex(words[2][1:])
                 answer = str(log.append(bytes.fromhex(words[1]), value))
             elif words[0] == "compact":
                 log.compact(force=True)
