@@ -172,7 +172,7 @@ def run(
             "Table restore": lambda: _table_restore(directory),
         }
         results: dict[str, Any] = {"records": records, "systems": {}}
-        for name, fn in systems.items():
+        for fn in systems.values():
             fn()  # warm-up (page cache, imports)
         for _round in range(repeat):  # interleaved: each system sees the same machine
             for name, fn in systems.items():
