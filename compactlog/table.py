@@ -42,6 +42,7 @@ from typing import Any
 from .errors import CompactLogError, ConfigError, LogClosedError
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
+from .table_disk import SYNC_INTERVAL_S, DiskStore
 from .table_memory import Change, MemoryStore, merged
 
 logger = logging.getLogger("compactlog.table")
@@ -75,6 +76,18 @@ class RestoreProgress:
         return max(self.end_offset - self.start_offset, self.records)
 
 
+def _stale(found: tuple[int, bytes], identity: bytes, start: int, end: int) -> str | None:
+    """Why a disk store's committed ``(offset, log identity)`` cannot be resumed from."""
+    offset, built_from = found
+    if built_from != identity:
+        return "the log directory is not the one the state was built from (recreated)"
+    if offset > end:
+        return f"the log ends at {end}, below the state's offset {offset} (recreated)"
+    if start > offset:
+        return f"retention removed offsets {offset}..{start - 1}, which the state never saw"
+    return None
+
+
 def _count(n: int) -> str:
     if n >= 1_000_000:
         return f"{n / 1_000_000:.1f}M"
@@ -92,38 +105,58 @@ class _Part:
         self.table = table
         self.number = number
         self.log = open_log(directory, read_only=True, create=False)
-        self.store = table._new_store(self.log.directory)
+        self.store: MemoryStore | DiskStore = table._new_store(self.log)
         self.offset = 0
         self.settled = 0  # the offset whose change callbacks have run
         self.subscriber: Any = None
         self.thread: threading.Thread | None = None
 
-    def restore(self) -> None:
-        """Fill a fresh store with the state as of the end offset now; then follow from
-        there (see the module docstring)."""
+    def restore(self, rebuild: str | None = None) -> None:
+        """Bring the state to the end offset now, then follow from there: a fresh memory
+        store; a disk store from its committed offset, or emptied first when ``rebuild``
+        (why) is given or that offset cannot be trusted. A rebuild is logged and counted."""
         log = self.log
         end = log.end_offset
         start = log.start_offset
-        store = self.table._new_store(log.directory)
-        progress = RestoreProgress(start, end)
+        store = self.store if isinstance(self.store, DiskStore) else self.table._new_store(log)
+        begin = start
+        if isinstance(store, DiskStore):
+            found = store.checkpoint()
+            if rebuild is None and found is not None:
+                rebuild = _stale(found, store.identity, start, end)
+            if rebuild is None and found is not None:
+                begin = found[0]  # resume: replay only what was appended since
+            else:
+                store.reset()
+        if rebuild is not None:
+            logger.warning("%s: rebuilding the table: %s", log.directory, rebuild)
+            with self.table._lock:
+                self.table.rebuilds += 1
+        self._replay(store, begin, end)
+        store.commit(end)
+        with self.table._lock:
+            self.store = store
+            self.offset = self.settled = end
+            self.table._moved.notify_all()
+        if self.subscriber is not None:
+            self.subscriber.seek(end)
+        else:
+            self.subscriber = log.subscribe(FOLLOWER_NAME, start=end)
+
+    def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
+        """Apply ``[begin, end)`` to ``store``, reporting progress."""
+        progress = RestoreProgress(begin, end)
         report = self.table._progress
         last_line = time.monotonic()
-        for batch in log.read_batches(start, end):
+        for batch in self.log.read_batches(begin, end):
             store.apply(batch)
             progress.records += len(batch)
             now = time.monotonic()
             if now - last_line >= PROGRESS_EVERY_S:
                 last_line = now
-                logger.info("%s: %r", log.directory, progress)
+                logger.info("%s: %r", self.log.directory, progress)
             if report is not None:
                 report(progress)
-        with self.table._lock:
-            self.store = store
-            self.offset = self.settled = end
-        if self.subscriber is not None:
-            self.subscriber.seek(end)
-        else:
-            self.subscriber = log.subscribe(FOLLOWER_NAME, start=end)
 
     def poll(self, timeout_s: float) -> bool:
         """Apply what one poll returns (waiting up to ``timeout_s`` for it); ``True`` if
@@ -141,6 +174,7 @@ class _Part:
         with table._lock:
             for batch in batches:
                 self.store.apply(batch, changes)
+            self.store.commit(position)
             self.offset = position
         if changes:
             table._emit(changes)
@@ -159,9 +193,13 @@ class _Part:
 
     def follow(self) -> None:
         table = self.table
+        synced = time.monotonic()
         while not table._closing:
             try:
                 self.poll(POLL_WAIT_S)
+                if time.monotonic() - synced >= SYNC_INTERVAL_S:
+                    synced = time.monotonic()
+                    self.store.sync()
             except LogClosedError:
                 return
             except BaseException as error:  # the follower must not die silently
@@ -178,6 +216,7 @@ class _Part:
             self.subscriber.close()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join()
+        self.store.close()
         self.log.close()
 
 
@@ -189,6 +228,9 @@ class Table(Mapping[Any, Any]):
     ``key_deserializer`` / ``value_deserializer``: callables applied to the stored bytes
     (keys then compare as what they return). ``max_bytes``: refuse to hold more than this
     many bytes of keys and values (plus ``ENTRY_OVERHEAD`` per key) in memory.
+    ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
+    (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
+    replays only the records appended since the state was last committed.
     ``progress``: called with a :class:`RestoreProgress` after every restored batch.
     """
 
@@ -200,10 +242,22 @@ class Table(Mapping[Any, Any]):
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
         max_bytes: int | None = None,
+        store: str = "memory",
+        state_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[RestoreProgress], None] | None = None,
     ) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes <= 0):
             raise ConfigError(f"max_bytes must be a positive int, not {max_bytes!r}")
+        if store not in ("memory", "disk"):
+            raise ConfigError(f"store must be 'memory' or 'disk', not {store!r}")
+        if (store == "disk") != (state_dir is not None):
+            raise ConfigError("store='disk' takes a state_dir (and only it does)")
+        if store == "disk" and (key_deserializer is not None or max_bytes is not None):
+            raise ConfigError(
+                "store='disk' keeps keys as their stored bytes and bounds nothing in memory: "
+                "key_deserializer and max_bytes are for store='memory'"
+            )
+        self._state_dir = None if state_dir is None else os.path.abspath(os.fspath(state_dir))
         self.path = os.path.abspath(os.fspath(path))
         self.follow = follow
         self._key_deserializer = key_deserializer
@@ -237,10 +291,15 @@ class Table(Mapping[Any, Any]):
             self.close()
             raise
 
-    def _new_store(self, directory: str) -> MemoryStore:
-        return MemoryStore(
-            self._key_deserializer, self._value_deserializer, self._max_bytes, directory
-        )
+    def _new_store(self, log: Any) -> MemoryStore | DiskStore:
+        if self._state_dir is None:
+            return MemoryStore(
+                self._key_deserializer, self._value_deserializer, self._max_bytes, log.directory
+            )
+        state_dir = self._state_dir
+        if self.partitioned:
+            state_dir = os.path.join(state_dir, os.path.basename(log.directory))
+        return DiskStore(state_dir, log.directory, self._value_deserializer)
 
     # -- offsets and waiting ---------------------------------------------------------------
     @property
@@ -307,16 +366,10 @@ class Table(Mapping[Any, Any]):
         raise ConfigError(f"no partition {partition} in this table", path=self.path)
 
     def _rebuilt(self, part: _Part, offset: int) -> None:
-        logger.warning(
-            "%s: retention removed records from offset %d on before the table applied them; "
-            "restoring that log again",
-            part.log.directory,
-            offset,
+        part.restore(
+            f"retention removed records from offset {offset} on before the table applied "
+            "them; restoring that log again"
         )
-        part.restore()
-        with self._lock:
-            self.rebuilds += 1
-            self._moved.notify_all()
 
     # -- changes ---------------------------------------------------------------------------
     def on_change(

@@ -131,6 +131,15 @@ class MemoryStore:
                 self.order.remove(key)
         return old
 
+    def commit(self, offset: int) -> None:
+        """Nothing to persist (the disk store commits here)."""
+
+    def sync(self) -> None:
+        """Nothing to persist."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
         return self.data.get(key, default)

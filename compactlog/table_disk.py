@@ -1,0 +1,219 @@
+"""A table's state on disk (``store="disk"``): LMDB, with the offset it reflects inside.
+
+Why LMDB rather than a Bitcask keydir over the log (measured in ``docs/benchmarks.md``): a
+keydir maps each key to an offset and reads the value from the log, but the cleaner merges
+records into batches of up to ``cleaner_merge_batch_bytes`` with one CRC, so a point read
+decodes a whole batch (tens of microseconds to a millisecond); LMDB answers a point read
+from its memory map in about a microsecond, keeps nothing per key on the Python heap (its
+pages are the OS page cache, shared and evictable) and commits the state and the offset
+it reflects in one transaction, so no checkpoint can ever disagree with the state it
+names. The price is a second copy of the live values on disk.
+
+Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), a ``data`` database of
+``key -> value`` and a ``meta`` database holding ``offset`` (the state reflects every
+record below it) and ``log`` (the identity of the log it was built from).
+
+Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
+
+1. put/delete the keys of the applied batches and put ``offset``: a death here leaves the
+   last committed transaction (LMDB's copy-on-write pages; the old root is untouched);
+2. commit: LMDB writes the new pages, then the meta page naming the new root. A death
+   before the meta page is written leaves the previous state and offset; after, the new.
+
+Commits do not ``fsync`` (``sync=False``): a killed process loses nothing committed (the
+pages are in the OS cache); :meth:`DiskStore.sync` (every ``SYNC_INTERVAL_S`` while
+following, and on close) makes them survive a power loss too. On restart the table
+replays the log from the stored offset; it rebuilds, and logs why, when the log's start
+offset passed that offset (retention removed records the state never saw), when the log's
+end offset is below it, or when the log directory is another one than it was built from
+(recreated).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ConfigError, LogLockedError
+from .format import RecordBatch
+from .table_memory import Change
+
+MAP_SIZE = 1 << 40  # address space reserved for the memory map (sparse: costs nothing)
+SYNC_INTERVAL_S = 1.0
+_OFFSET = struct.Struct("<q")
+_OFFSET_KEY = b"offset"
+_LOG_KEY = b"log"
+
+
+def log_identity(directory: str) -> bytes:
+    """What tells one log directory from another created at the same path later."""
+    stat = os.stat(directory)
+    return f"{stat.st_dev}:{stat.st_ino}:{os.path.realpath(directory)}".encode()
+
+
+class DiskStore:
+    """``{key: value}`` of one log in LMDB at ``state_dir``. Keys are the stored bytes
+    (and compare as bytes); ``value_deserializer`` applies on the way out."""
+
+    def __init__(
+        self,
+        state_dir: str,
+        log_directory: str,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> None:
+        try:
+            import lmdb
+        except ImportError:
+            raise ConfigError(
+                "store='disk' needs the lmdb package: pip install 'compactlog[disk]'"
+            ) from None
+        os.makedirs(state_dir, exist_ok=True)
+        self.state_dir = state_dir
+        self.identity = log_identity(log_directory)
+        self.value_deserializer = value_deserializer
+        self._lock_fd = _lock_state_dir(state_dir)
+        try:
+            self.env = lmdb.open(
+                state_dir, map_size=MAP_SIZE, max_dbs=2, sync=False, metasync=True, lock=True
+            )
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self.data = self.env.open_db(b"data")
+        self.meta = self.env.open_db(b"meta")
+        self._txn: Any = None  # the write transaction of the changes not committed yet
+
+    # -- checkpoint ------------------------------------------------------------------------
+    def checkpoint(self) -> tuple[int, bytes] | None:
+        """``(offset, log identity)`` of the committed state, ``None`` if there is none."""
+        with self.env.begin(db=self.meta) as txn:
+            offset = txn.get(_OFFSET_KEY)
+            identity = txn.get(_LOG_KEY)
+        if offset is None or identity is None:
+            return None
+        return _OFFSET.unpack(offset)[0], bytes(identity)
+
+    def reset(self) -> None:
+        """Empty the state, in the transaction the next :meth:`commit` ends: readers see
+        the old state until the rebuilt one is committed."""
+        txn = self._write()
+        txn.drop(self.data, delete=False)
+        txn.drop(self.meta, delete=False)
+
+    # -- writing ---------------------------------------------------------------------------
+    def _write(self) -> Any:
+        if self._txn is None:
+            self._txn = self.env.begin(write=True)
+        return self._txn
+
+    def apply(self, batch: RecordBatch, changes: list[Change] | None = None) -> None:
+        txn = self._write()
+        data = self.data
+        keys = batch.keys()
+        values = batch.values()
+        if changes is None:
+            for key, value in zip(keys, values, strict=True):
+                if key is None:
+                    continue
+                if value is None:
+                    txn.delete(key, db=data)
+                else:
+                    txn.put(key, value, db=data)
+            return
+        deserialize = self.value_deserializer or _same
+        for key, value, offset in zip(keys, values, batch.offsets.tolist(), strict=True):
+            if key is None:
+                continue
+            old = txn.get(key, db=data)
+            if value is None:
+                if old is not None:
+                    txn.delete(key, db=data)
+                    changes.append((key, deserialize(bytes(old)), None, offset))
+            else:
+                txn.put(key, value, db=data)
+                new = deserialize(value)
+                changes.append((key, None if old is None else deserialize(bytes(old)), new, offset))
+
+    def commit(self, offset: int) -> None:
+        """Steps 1-2 of the module's crash protocol: the changes applied since the last
+        commit and ``offset``, in one transaction."""
+        txn = self._write()
+        txn.put(_OFFSET_KEY, _OFFSET.pack(offset), db=self.meta)
+        txn.put(_LOG_KEY, self.identity, db=self.meta)
+        self._txn = None
+        txn.commit()
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, key: Any, default: Any = None) -> Any:
+        if not isinstance(key, bytes):
+            return default
+        with self.env.begin(db=self.data) as txn:
+            value = txn.get(key)
+        if value is None:
+            return default
+        return value if self.value_deserializer is None else self.value_deserializer(value)
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, None) is not None
+
+    def __len__(self) -> int:
+        with self.env.begin() as txn:
+            return int(txn.stat(self.data)["entries"])
+
+    def range_items(self, start: Any, stop: Any, prefix: Any) -> list[tuple[Any, Any]]:
+        deserialize = self.value_deserializer or _same
+        out = []
+        with self.env.begin(db=self.data) as txn:
+            cursor = txn.cursor()
+            first = prefix if prefix is not None else start
+            found = cursor.set_range(first) if first is not None else cursor.first()
+            while found:
+                key = cursor.key()
+                if prefix is not None and not key.startswith(prefix):
+                    break
+                if stop is not None and key >= stop:
+                    break
+                out.append((key, deserialize(cursor.value())))
+                found = cursor.next()
+        return out
+
+    def close(self) -> None:
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+        self.env.sync(True)
+        self.env.close()
+        os.close(self._lock_fd)
+
+    def _check(self) -> None:
+        assert self._txn is None
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _lock_state_dir(state_dir: str) -> int:
+    """One table per state directory: an ``flock`` on ``table.lock`` (gone with the
+    process)."""
+    fd = os.open(os.path.join(state_dir, "table.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise LogLockedError(
+            f"the table state directory is in use by {holder}", path=state_dir
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    return fd
+
+
+__all__ = ["DiskStore", "log_identity"]
