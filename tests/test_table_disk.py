@@ -82,10 +82,12 @@ def test_a_recreated_log_rebuilds_and_says_so(tmp_path, caplog):
 
 
 def test_one_table_per_state_directory(tmp_path):
-    with compactlog.open(tmp_path / "log") as log:
-        with log.table(store="disk", state_dir=tmp_path / "state"):
-            with pytest.raises(LogLockedError, match=f"pid {os.getpid()}"):
-                log.table(store="disk", state_dir=tmp_path / "state")
+    with (
+        compactlog.open(tmp_path / "log") as log,
+        log.table(store="disk", state_dir=tmp_path / "state"),
+        pytest.raises(LogLockedError, match=f"pid {os.getpid()}"),
+    ):
+        log.table(store="disk", state_dir=tmp_path / "state")
 
 
 def test_disk_options_are_checked(tmp_path):
