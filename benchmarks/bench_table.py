@@ -16,6 +16,12 @@ reported as records/s and as ratios to ``read_batches()``. Also: the follow late
 append by another process until ``wait_for`` returns in the table, median and p90 of
 ``latency_samples``).
 
+Large mode (:func:`run_disk`, ``--disk-keys N``): a log of ``N`` distinct keys restored
+into ``store="disk"`` (time, and the process's anonymous memory per key: heap, not the
+page cache that maps LMDB's file), a restart after 10,000 more records, random point
+``get`` per second, and for comparison a point read by offset through the log's reader
+(what a keydir that keeps values in the log would do).
+
 Run standalone (``python -m benchmarks.bench_table [--records N] [--json]``) or call
 :func:`run`, which returns a dict.
 """
@@ -206,16 +212,79 @@ def run(
         return results
 
 
+def _anon_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_disk(
+    keys: int, root: str | None = None, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    import gc
+    import random
+
+    from compactlog.reader import iter_batches
+
+    out: dict[str, Any] = {"keys": keys}
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        directory = os.path.join(scratch, "log")
+        state_dir = os.path.join(scratch, "state")
+        with compactlog.open(directory, segment_bytes=64 << 20) as log:
+            for start in range(0, keys, 10_000):
+                log.append_batch(
+                    [(b"key-%012d" % i, VALUE) for i in range(start, min(start + 10_000, keys))]
+                )
+        gc.collect()
+        before = _anon_bytes()
+        started = time.perf_counter()
+        table = compactlog.Table(directory, store="disk", state_dir=state_dir, follow=False)
+        out["restore_s"] = time.perf_counter() - started
+        gc.collect()
+        out["anon_bytes_per_key"] = (_anon_bytes() - before) / keys
+        sample = [b"key-%012d" % random.randrange(keys) for _ in range(200_000)]
+        started = time.perf_counter()
+        for key in sample:
+            table[key]
+        out["get_per_s"] = len(sample) / (time.perf_counter() - started)
+        table.close()
+        with compactlog.open(directory) as log:
+            log.append_batch([(b"new-%012d" % i, VALUE) for i in range(10_000)])
+            offsets = [random.randrange(keys) for _ in range(2000)]
+            started = time.perf_counter()
+            for offset in offsets:
+                next(iter_batches(log.directory, offset, offset + 1))
+            out["get_by_offset_per_s"] = len(offsets) / (time.perf_counter() - started)
+        started = time.perf_counter()
+        with compactlog.Table(directory, store="disk", state_dir=state_dir, follow=False) as t:
+            out["restart_10k_s"] = time.perf_counter() - started
+            assert len(t) == keys + 10_000
+    say(
+        f"disk table, {keys / 1e6:.1f}M keys: restore {out['restore_s']:.1f} s, "
+        f"{out['anon_bytes_per_key']:.1f} B/key of heap, restart after 10k records "
+        f"{out['restart_10k_s'] * 1000:.0f} ms, get {out['get_per_s'] / 1000:.0f}k/s "
+        f"(by offset through the log's reader: {out['get_by_offset_per_s'] / 1000:.1f}k/s)"
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--root", default=None)
+    parser.add_argument("--disk-keys", type=int, default=0, help="also the large mode")
     args = parser.parse_args()
-    result = run(args.records, args.repeat, root=args.root)
+    summary = {}
+    if args.records:
+        summary = run(args.records, args.repeat, root=args.root)["summary"]
+    if args.disk_keys:
+        summary["disk"] = run_disk(args.disk_keys, root=args.root)
     if args.json:
-        json.dump(result["summary"], sys.stdout, indent=2)
+        json.dump(summary, sys.stdout, indent=2)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ raises it from then on.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -42,7 +43,8 @@ from typing import Any
 from .errors import CompactLogError, ConfigError, LogClosedError
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
-from .table_disk import SYNC_INTERVAL_S, DiskStore
+from .subscriber import set_committed
+from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
 from .table_memory import Change, MemoryStore, merged
 
 logger = logging.getLogger("compactlog.table")
@@ -76,16 +78,37 @@ class RestoreProgress:
         return max(self.end_offset - self.start_offset, self.records)
 
 
-def _stale(found: tuple[int, bytes], identity: bytes, start: int, end: int) -> str | None:
-    """Why a disk store's committed ``(offset, log identity)`` cannot be resumed from."""
-    offset, built_from = found
-    if built_from != identity:
-        return "the log directory is not the one the state was built from (recreated)"
+def table_subscriber_name(state_dir: str) -> str:
+    """The durable subscriber of a disk table (one per state directory)."""
+    digest = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:16]
+    return f"table-{digest}"
+
+
+def _stale(offset: int, marked: bool, start: int, end: int) -> str | None:
+    """Why a disk store's state committed at ``offset`` cannot be resumed from
+    (``marked``: the log holds the table's subscriber checkpoint)."""
+    if not marked:
+        return (
+            "the log holds no checkpoint of this table's subscriber: it was recreated "
+            "(or the subscriber was removed)"
+        )
     if offset > end:
         return f"the log ends at {end}, below the state's offset {offset} (recreated)"
     if start > offset:
         return f"retention removed offsets {offset}..{start - 1}, which the state never saw"
     return None
+
+
+def _log_bytes(log: Any) -> int:
+    from .segment import segment_path
+
+    total = 0
+    for base in log.get_segments():
+        try:
+            total += os.path.getsize(segment_path(log.directory, base))
+        except FileNotFoundError:
+            pass  # merged or removed meanwhile
+    return total
 
 
 def _count(n: int) -> str:
@@ -105,9 +128,17 @@ class _Part:
         self.table = table
         self.number = number
         self.log = open_log(directory, read_only=True, create=False)
-        self.store: MemoryStore | DiskStore = table._new_store(self.log)
+        try:
+            self.store: MemoryStore | DiskStore = table._new_store(self.log)
+        except BaseException:
+            self.log.close()
+            raise
         self.offset = 0
         self.settled = 0  # the offset whose change callbacks have run
+        # a disk store's follower is durable: its checkpoint in the log marks the log the
+        # state was built from (gone if the log is recreated) and holds consumed retention
+        state_dir = getattr(self.store, "state_dir", None)
+        self._name = FOLLOWER_NAME if state_dir is None else table_subscriber_name(state_dir)
         self.subscriber: Any = None
         self.thread: threading.Thread | None = None
 
@@ -119,13 +150,35 @@ class _Part:
         end = log.end_offset
         start = log.start_offset
         store = self.store if isinstance(self.store, DiskStore) else self.table._new_store(log)
+        while True:
+            try:
+                self._restore_into(store, rebuild, start, end)
+                break
+            except BaseException as error:
+                if not isinstance(store, DiskStore) or not isinstance(error, map_full_error()):
+                    raise
+                store.grow()  # the transaction is dropped: start again with a larger map
+        with self.table._lock:
+            self.store = store
+            self.offset = self.settled = end
+            self.table._moved.notify_all()
+        if self.subscriber is None:
+            self.subscriber = log.subscribe(self._name, start=end)
+        self.subscriber.seek(end)
+        self.subscriber.skipped.clear()  # (a durable follower's position below the start)
+        self.subscriber.commit()
+
+    def _restore_into(
+        self, store: MemoryStore | DiskStore, rebuild: str | None, start: int, end: int
+    ) -> None:
+        log = self.log
         begin = start
         if isinstance(store, DiskStore):
             found = store.checkpoint()
             if rebuild is None and found is not None:
-                rebuild = _stale(found, store.identity, start, end)
+                rebuild = _stale(found, self._name in log.subscribers(), start, end)
             if rebuild is None and found is not None:
-                begin = found[0]  # resume: replay only what was appended since
+                begin = found  # resume: replay only what was appended since
             else:
                 store.reset()
         if rebuild is not None:
@@ -134,14 +187,6 @@ class _Part:
                 self.table.rebuilds += 1
         self._replay(store, begin, end)
         store.commit(end)
-        with self.table._lock:
-            self.store = store
-            self.offset = self.settled = end
-            self.table._moved.notify_all()
-        if self.subscriber is not None:
-            self.subscriber.seek(end)
-        else:
-            self.subscriber = log.subscribe(FOLLOWER_NAME, start=end)
 
     def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
         """Apply ``[begin, end)`` to ``store``, reporting progress."""
@@ -172,9 +217,7 @@ class _Part:
             return True
         changes: list[Change] | None = [] if table._callbacks else None
         with table._lock:
-            for batch in batches:
-                self.store.apply(batch, changes)
-            self.store.commit(position)
+            self._apply(batches, changes, position)
             self.offset = position
         if changes:
             table._emit(changes)
@@ -182,6 +225,23 @@ class _Part:
             self.settled = position  # wait_for returns once the callbacks ran too
             table._moved.notify_all()
         return True
+
+    def _apply(self, batches: list[Any], changes: list[Change] | None, position: int) -> None:
+        store = self.store
+        if isinstance(store, MemoryStore):
+            for batch in batches:
+                store.apply(batch, changes)
+            return
+        while True:
+            try:
+                for batch in batches:
+                    store.apply(batch, changes)
+                store.commit(position)
+                return
+            except map_full_error():
+                store.grow()
+                if changes is not None:
+                    changes.clear()
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""
@@ -200,6 +260,7 @@ class _Part:
                 if time.monotonic() - synced >= SYNC_INTERVAL_S:
                     synced = time.monotonic()
                     self.store.sync()
+                    self.subscriber.commit()  # (a no-op for a transient follower)
             except LogClosedError:
                 return
             except BaseException as error:  # the follower must not die silently
@@ -217,6 +278,8 @@ class _Part:
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join()
         self.store.close()
+        if self.subscriber is not None and self.subscriber.durable:
+            set_committed(self.log, self._name, self.offset)
         self.log.close()
 
 
@@ -299,7 +362,7 @@ class Table(Mapping[Any, Any]):
         state_dir = self._state_dir
         if self.partitioned:
             state_dir = os.path.join(state_dir, os.path.basename(log.directory))
-        return DiskStore(state_dir, log.directory, self._value_deserializer)
+        return DiskStore(state_dir, self._value_deserializer, _log_bytes(log))
 
     # -- offsets and waiting ---------------------------------------------------------------
     @property

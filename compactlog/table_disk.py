@@ -9,9 +9,10 @@ pages are the OS page cache, shared and evictable) and commits the state and the
 it reflects in one transaction, so no checkpoint can ever disagree with the state it
 names. The price is a second copy of the live values on disk.
 
-Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), a ``data`` database of
-``key -> value`` and a ``meta`` database holding ``offset`` (the state reflects every
-record below it) and ``log`` (the identity of the log it was built from).
+Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), ``table.lock`` (one table per
+state directory), a ``data`` database of ``key -> value`` and a ``meta`` database holding
+``offset`` (the state reflects every record below it). The log it was built from holds a
+durable subscriber checkpoint of the table (``compactlog.table.table_subscriber_name``).
 
 Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
 
@@ -20,13 +21,16 @@ Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
 2. commit: LMDB writes the new pages, then the meta page naming the new root. A death
    before the meta page is written leaves the previous state and offset; after, the new.
 
-Commits do not ``fsync`` (``sync=False``): a killed process loses nothing committed (the
-pages are in the OS cache); :meth:`DiskStore.sync` (every ``SYNC_INTERVAL_S`` while
-following, and on close) makes them survive a power loss too. On restart the table
+The map is written in place (``writemap``: no copy of the dirty pages on the heap), so
+``data.mdb`` is a sparse file as large as the map: three times the log's bytes at open,
+at least 1 GiB, doubled whenever it fills. Commits do not ``fsync`` (``sync=False``): a
+killed process loses nothing committed (the pages are in the OS cache);
+:meth:`DiskStore.sync` (every ``SYNC_INTERVAL_S`` while following, and on close) makes
+them survive a power loss too. On restart the table
 replays the log from the stored offset; it rebuilds, and logs why, when the log's start
 offset passed that offset (retention removed records the state never saw), when the log's
-end offset is below it, or when the log directory is another one than it was built from
-(recreated).
+end offset is below it, or when the log holds no checkpoint of the table's subscriber
+(the log was recreated).
 """
 
 from __future__ import annotations
@@ -41,17 +45,11 @@ from .errors import ConfigError, LogLockedError
 from .format import RecordBatch
 from .table_memory import Change
 
-MAP_SIZE = 1 << 40  # address space reserved for the memory map (sparse: costs nothing)
+MIN_MAP_SIZE = 1 << 30  # the memory map (and data.mdb's apparent size; it is sparse) ...
+MAP_PER_LOG_BYTE = 3  # ... at least this many times the log's bytes, doubled when full
 SYNC_INTERVAL_S = 1.0
 _OFFSET = struct.Struct("<q")
 _OFFSET_KEY = b"offset"
-_LOG_KEY = b"log"
-
-
-def log_identity(directory: str) -> bytes:
-    """What tells one log directory from another created at the same path later."""
-    stat = os.stat(directory)
-    return f"{stat.st_dev}:{stat.st_ino}:{os.path.realpath(directory)}".encode()
 
 
 class DiskStore:
@@ -61,8 +59,8 @@ class DiskStore:
     def __init__(
         self,
         state_dir: str,
-        log_directory: str,
         value_deserializer: Callable[[bytes], Any] | None = None,
+        log_bytes: int = 0,
     ) -> None:
         try:
             import lmdb
@@ -72,12 +70,17 @@ class DiskStore:
             ) from None
         os.makedirs(state_dir, exist_ok=True)
         self.state_dir = state_dir
-        self.identity = log_identity(log_directory)
         self.value_deserializer = value_deserializer
         self._lock_fd = _lock_state_dir(state_dir)
         try:
             self.env = lmdb.open(
-                state_dir, map_size=MAP_SIZE, max_dbs=2, sync=False, metasync=True, lock=True
+                state_dir,
+                map_size=_map_size(state_dir, log_bytes),
+                max_dbs=2,
+                sync=False,
+                metasync=True,
+                lock=True,
+                writemap=True,  # dirty pages in the file map, not on the heap
             )
         except BaseException:
             os.close(self._lock_fd)
@@ -87,14 +90,11 @@ class DiskStore:
         self._txn: Any = None  # the write transaction of the changes not committed yet
 
     # -- checkpoint ------------------------------------------------------------------------
-    def checkpoint(self) -> tuple[int, bytes] | None:
-        """``(offset, log identity)`` of the committed state, ``None`` if there is none."""
+    def checkpoint(self) -> int | None:
+        """The offset of the committed state, ``None`` if there is none."""
         with self.env.begin(db=self.meta) as txn:
             offset = txn.get(_OFFSET_KEY)
-            identity = txn.get(_LOG_KEY)
-        if offset is None or identity is None:
-            return None
-        return _OFFSET.unpack(offset)[0], bytes(identity)
+        return None if offset is None else int(_OFFSET.unpack(offset)[0])
 
     def reset(self) -> None:
         """Empty the state, in the transaction the next :meth:`commit` ends: readers see
@@ -142,12 +142,19 @@ class DiskStore:
         commit and ``offset``, in one transaction."""
         txn = self._write()
         txn.put(_OFFSET_KEY, _OFFSET.pack(offset), db=self.meta)
-        txn.put(_LOG_KEY, self.identity, db=self.meta)
         self._txn = None
         txn.commit()
 
     def sync(self) -> None:
         self.env.sync(True)
+
+    def grow(self) -> None:
+        """Double the map after ``lmdb.MapFullError`` (the open transaction is dropped:
+        the caller applies its batches again)."""
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+        self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
@@ -195,6 +202,21 @@ class DiskStore:
         assert self._txn is None
 
 
+def map_full_error() -> type[BaseException]:
+    """``lmdb.MapFullError`` (the class is only needed where a disk store exists)."""
+    import lmdb
+
+    return lmdb.MapFullError
+
+
+def _map_size(state_dir: str, log_bytes: int) -> int:
+    try:
+        present = os.path.getsize(os.path.join(state_dir, "data.mdb"))
+    except FileNotFoundError:
+        present = 0
+    return max(MIN_MAP_SIZE, present, MAP_PER_LOG_BYTE * log_bytes)
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -216,4 +238,4 @@ def _lock_state_dir(state_dir: str) -> int:
     return fd
 
 
-__all__ = ["DiskStore", "log_identity"]
+__all__ = ["DiskStore", "map_full_error"]
