@@ -88,6 +88,9 @@ class DiskStore:
         self.data = self.env.open_db(b"data")
         self.meta = self.env.open_db(b"meta")
         self._txn: Any = None  # the write transaction of the changes not committed yet
+        # one read transaction for every read, begun anew after each commit (reads and
+        # commits are serialized by the table's lock; LMDB's MDB_NOTLS lets any thread use it)
+        self._reader: Any = None
 
     # -- checkpoint ------------------------------------------------------------------------
     def checkpoint(self) -> int | None:
@@ -144,6 +147,9 @@ class DiskStore:
         txn.put(_OFFSET_KEY, _OFFSET.pack(offset), db=self.meta)
         self._txn = None
         txn.commit()
+        if self._reader is not None:  # (a stale reader would pin the old pages)
+            self._reader.abort()
+            self._reader = None
 
     def sync(self) -> None:
         self.env.sync(True)
@@ -157,11 +163,16 @@ class DiskStore:
         self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     # -- reads -----------------------------------------------------------------------------
+    def _read(self) -> Any:
+        """The read transaction, showing the last commit."""
+        if self._reader is None:
+            self._reader = self.env.begin(db=self.data)
+        return self._reader
+
     def get(self, key: Any, default: Any = None) -> Any:
         if not isinstance(key, bytes):
             return default
-        with self.env.begin(db=self.data) as txn:
-            value = txn.get(key)
+        value = self._read().get(key)
         if value is None:
             return default
         return value if self.value_deserializer is None else self.value_deserializer(value)
@@ -170,14 +181,12 @@ class DiskStore:
         return self.get(key, None) is not None
 
     def __len__(self) -> int:
-        with self.env.begin() as txn:
-            return int(txn.stat(self.data)["entries"])
+        return int(self._read().stat(self.data)["entries"])
 
     def range_items(self, start: Any, stop: Any, prefix: Any) -> list[tuple[Any, Any]]:
         deserialize = self.value_deserializer or _same
         out = []
-        with self.env.begin(db=self.data) as txn:
-            cursor = txn.cursor()
+        with self._read().cursor() as cursor:
             first = prefix if prefix is not None else start
             found = cursor.set_range(first) if first is not None else cursor.first()
             while found:
@@ -191,6 +200,9 @@ class DiskStore:
         return out
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.abort()
+            self._reader = None
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
