@@ -1,10 +1,13 @@
 """The latest state: the newest non-tombstone record of every key below an offset.
 
-Correct whether or not the log was compacted (the dirty head may hold several versions of
-a key): two passes over the same open segment files. Pass 1 builds an exact map from key
-digest to latest offset (:class:`~compactlog.compaction.offset_map.OffsetMap` without a
-capacity limit, 24 bytes per distinct key); pass 2 keeps each record whose offset is the
-latest of its key and that is not a tombstone. Both passes are columnar
+Correct whether or not the log was compacted, in two passes over the same open segment
+files. Below the cleaner point ``p`` (the clean tail) a cleaning pass left every key at
+most once; only the dirty head ``[p, end)`` may hold several versions of a key. Pass 1
+reads the head alone and builds an exact map from key digest to its latest offset there
+(:class:`~compactlog.compaction.offset_map.OffsetMap` without a capacity limit, 24 bytes
+per distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
+head, or lies in the tail with a key the head does not hold (no key is hashed in pass 2
+when the head is empty). Both passes are columnar
 (:func:`latest_batches` yields filtered :class:`~compactlog.format.RecordBatch` objects);
 :func:`latest_records` turns them into :class:`~compactlog.format.Record` objects.
 
@@ -27,6 +30,8 @@ import bisect
 import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .compaction.columns import filter_batch
 from .compaction.offset_map import OffsetMap, key_digests
@@ -77,15 +82,20 @@ class _OpenSegments:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def batches(self) -> Iterator[RecordBatch]:
-        """Batches holding offsets in ``[start, end)``, each offset at most once.
+    def batches(self, start: int | None = None) -> Iterator[RecordBatch]:
+        """Batches holding offsets in ``[start, end)`` (``start``: at least the opened
+        range's), each offset at most once; segments wholly below ``start`` are not read.
 
         Follows offsets: a listing taken in the middle of a segment swap may show a merged
         first segment next to the old segments it replaces; offsets already seen are skipped.
         """
-        next_offset = self.start
+        next_offset = self.start if start is None else max(start, self.start)
         end = self.end
-        for reader in self.readers:
+        readers = self.readers
+        first = 0
+        while first + 1 < len(readers) and readers[first + 1].base <= next_offset:
+            first += 1
+        for reader in readers[first:]:
             for batch in reader.runs(HEADER_SIZE):
                 if batch.next_offset <= next_offset:
                     continue
@@ -142,23 +152,28 @@ def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
     start = log.start_offset
     if end <= start:
         return
+    # read before the segments are opened: a pass finishing in between only removes more
+    # records below the point read, so every key there still appears at most once
+    point = max(min(read_cleaner_state(log.directory).first_dirty_offset, end), start)
     with _OpenSegments(log.directory, start, end) as segments:
-        latest = OffsetMap(UNLIMITED)
-        for batch in segments.batches():
+        head = OffsetMap(UNLIMITED)
+        for batch in segments.batches(point):
             has_key = batch.key_lengths >= 0
             hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
             offsets = batch.offsets
             if not has_key.all():
                 hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
-            latest.put(hi, lo, offsets)
-        latest.flush()
+            head.put(hi, lo, offsets)
+        head.flush()
         for batch in segments.batches():
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-            keep = (
-                (latest.get(hi, lo) == batch.offsets)
-                & (batch.key_lengths >= 0)
-                & (batch.value_lengths >= 0)
-            )
+            keep = (batch.key_lengths >= 0) & (batch.value_lengths >= 0)
+            if len(head):
+                hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
+                latest = head.get(hi, lo)
+                offsets = batch.offsets
+                # the clean tail: a key's only record there, unless the head has the key;
+                # the dirty head: a key's latest record there
+                keep &= np.where(offsets < point, latest < 0, latest == offsets)
             if bool(keep.all()):
                 yield batch
             elif bool(keep.any()):
