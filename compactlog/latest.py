@@ -3,11 +3,11 @@
 Correct whether or not the log was compacted, in two passes over the same open segment
 files. Below the cleaner point ``p`` (the clean tail) a cleaning pass left every key at
 most once; only the dirty head ``[p, end)`` may hold several versions of a key. Pass 1
-reads the head alone and builds an exact map from key digest to its latest offset there
-(:class:`~compactlog.compaction.offset_map.OffsetMap` without a capacity limit, 24 bytes
-per distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
-head, or lies in the tail with a key the head does not hold (no key is hashed in pass 2
-when the head is empty). Both passes are columnar
+reads the head alone and maps each key digest to its latest offset there (24 bytes per
+distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
+head, or lies in the tail with a key the head does not hold
+(:class:`~compactlog.headindex.HeadIndex`, also the Spark source's rule; no key is hashed
+in pass 2 when the head is empty). Both passes are columnar
 (:func:`latest_batches` yields filtered :class:`~compactlog.format.RecordBatch` objects);
 :func:`latest_records` turns them into :class:`~compactlog.format.Record` objects.
 
@@ -31,19 +31,16 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .compaction.columns import filter_batch
-from .compaction.offset_map import OffsetMap, key_digests
 from .errors import InexactReadError, MissingSegmentError
 from .format import Record, RecordBatch
+from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments
 from .state_files import read_cleaner_state
 
 if TYPE_CHECKING:
     from .log import Log
 
-UNLIMITED = 1 << 62
 OPEN_ATTEMPTS = 20
 
 
@@ -156,24 +153,12 @@ def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
     # records below the point read, so every key there still appears at most once
     point = max(min(read_cleaner_state(log.directory).first_dirty_offset, end), start)
     with _OpenSegments(log.directory, start, end) as segments:
-        head = OffsetMap(UNLIMITED)
-        for batch in segments.batches(point):
-            has_key = batch.key_lengths >= 0
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-            offsets = batch.offsets
-            if not has_key.all():
-                hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
-            head.put(hi, lo, offsets)
-        head.flush()
+        head_map = head_map_of(segments.batches(point))
+        head = HeadIndex(head_map, point, end) if len(head_map) else None
         for batch in segments.batches():
             keep = (batch.key_lengths >= 0) & (batch.value_lengths >= 0)
-            if len(head):
-                hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-                latest = head.get(hi, lo)
-                offsets = batch.offsets
-                # the clean tail: a key's only record there, unless the head has the key;
-                # the dirty head: a key's latest record there
-                keep &= np.where(offsets < point, latest < 0, latest == offsets)
+            if head is not None:
+                keep &= head.latest_mask(batch)
             if bool(keep.all()):
                 yield batch
             elif bool(keep.any()):
