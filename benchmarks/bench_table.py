@@ -71,10 +71,11 @@ def build_sqlite(path: str, directory: str) -> None:
     conn.close()
 
 
-def _from_read_batches(directory: str) -> int:
+def _from_batches(directory: str, method: str) -> int:
+    """Keys of a dict updated from ``log.<method>()``'s batches."""
     state: dict[bytes, bytes] = {}
     with compactlog.open(directory, read_only=True) as log:
-        for batch in log.read_batches():
+        for batch in getattr(log, method)():
             state.update(zip(batch.keys(), batch.values(), strict=True))
     return len(state)
 
@@ -89,14 +90,6 @@ def _from_sqlite(path: str) -> int:
 def _from_latest(directory: str) -> int:
     with compactlog.open(directory, read_only=True) as log:
         state = {r.key: r.value for r in log.latest()}
-    return len(state)
-
-
-def _from_latest_batches(directory: str) -> int:
-    state: dict[bytes, bytes] = {}
-    with compactlog.open(directory, read_only=True) as log:
-        for batch in log.latest_batches():
-            state.update(zip(batch.keys(), batch.values(), strict=True))
     return len(state)
 
 
@@ -171,10 +164,10 @@ def run(
         build_log(directory, records)
         build_sqlite(sqlite_path, directory)
         systems: dict[str, Callable[[], int]] = {
-            "dict(read_batches())": lambda: _from_read_batches(directory),
+            "dict(read_batches())": lambda: _from_batches(directory, "read_batches"),
             "SQLite SELECT": lambda: _from_sqlite(sqlite_path),
             "log.latest()": lambda: _from_latest(directory),
-            "latest_batches()": lambda: _from_latest_batches(directory),
+            "latest_batches()": lambda: _from_batches(directory, "latest_batches"),
             "Table restore": lambda: _table_restore(directory),
         }
         results: dict[str, Any] = {"records": records, "systems": {}}

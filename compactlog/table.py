@@ -533,7 +533,11 @@ class Table(Mapping[Any, Any]):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<compactlog.Table {self.path!r} offsets={self.offsets} keys={len(self)}>"
+        if self._closing:
+            return f"<compactlog.Table {self.path!r} closed>"
+        with self._lock:
+            keys = sum(len(part.store) for part in self._parts)
+        return f"<compactlog.Table {self.path!r} offsets={self.offsets} keys={keys}>"
 
 
 _ABSENT = object()
