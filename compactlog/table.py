@@ -523,6 +523,8 @@ class Table(Mapping[Any, Any]):
     def close(self) -> None:
         """Stop following and close the logs; reads then raise ``LogClosedError``."""
         self._closing = True
+        with self._lock:
+            self._moved.notify_all()  # waiters raise LogClosedError
         for part in self._parts:
             part.close()
 

@@ -286,3 +286,23 @@ def test_reads_after_close_raise(tmp_path):
         table.close()
         with pytest.raises(LogClosedError):
             len(table)
+
+
+def test_close_wakes_a_waiter(tmp_path):
+    with compactlog.open(tmp_path / "log") as log:
+        table = log.table()
+        raised = []
+
+        def wait():
+            try:
+                table.wait_for(10)
+            except LogClosedError as error:
+                raised.append(error)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        while not table._moved._waiters:  # (the waiter is asleep)
+            threading.Event().wait(0.001)
+        table.close()
+        waiter.join(timeout=10)
+        assert raised and not waiter.is_alive()
