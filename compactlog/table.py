@@ -11,9 +11,10 @@ longer exists (the quixstreams #1017 hang). The reader follows offsets, not file
 (``reader.iter_batches``), so a cleaning pass or retention running meanwhile changes
 nothing: offsets never change, and records that vanish were superseded or expired.
 
-Following. A transient subscriber (``~table``) starts at ``E`` and waits on the writers'
-inotify wake-up (``subscriber._Watcher``: no polling loop); a background thread per log
-applies what each poll returns. ``follow=False`` leaves that to :meth:`Table.refresh`. If
+Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
+(``subscriber._Watcher``: no polling loop); a background thread per log applies what each
+poll returns. It is transient (``~table``) for the memory store; the disk store's is
+durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`. ``follow=False`` leaves that to :meth:`Table.refresh`. If
 retention removes records the table had not applied yet (it fell below the log start), the
 table restores that log again and logs a warning (:attr:`Table.rebuilds` counts them).
 
