@@ -14,9 +14,10 @@ nothing: offsets never change, and records that vanish were superseded or expire
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
 (``subscriber._Watcher``: no polling loop); a background thread per log applies what each
 poll returns. It is transient (``~table``) for the memory store; the disk store's is
-durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`. ``follow=False`` leaves that to :meth:`Table.refresh`. If
-retention removes records the table had not applied yet (it fell below the log start), the
-table restores that log again and logs a warning (:attr:`Table.rebuilds` counts them).
+durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
+``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
+table had not applied yet (it fell below the log start), the table restores that log again
+and logs a warning (:attr:`Table.rebuilds` counts them).
 
 Consistency: one lock. The follower applies everything one poll returned, and moves the
 offset, holding the table's lock; every read holds it too. So a read sees the state of one
