@@ -55,6 +55,7 @@ FOLLOWER_NAME = "~table"
 POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
 PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
+RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
 
 
 class TableError(CompactLogError):
@@ -149,17 +150,35 @@ class _Part:
         store; a disk store from its committed offset, or emptied first when ``rebuild``
         (why) is given or that offset cannot be trusted. A rebuild is logged and counted."""
         log = self.log
-        end = log.end_offset
-        start = log.start_offset
-        store = self.store if isinstance(self.store, DiskStore) else self.table._new_store(log)
+        store = self.store
+        overlapped = 0  # restores that retention overlapped
         while True:
+            end = log.end_offset
+            start = log.start_offset
+            if not isinstance(store, DiskStore):
+                store = self.table._new_store(log)
             try:
                 self._restore_into(store, rebuild, start, end)
-                break
             except BaseException as error:
                 if not isinstance(store, DiskStore) or not isinstance(error, map_full_error()):
                     raise
                 store.grow()  # the transaction is dropped: start again with a larger map
+                continue
+            moved = read_meta(log.directory).log_start_offset
+            if moved <= start or overlapped == RESTORE_ATTEMPTS - 1:
+                break
+            # retention ran meanwhile: records between what was read and the new log start
+            # may have been skipped unseen; read again (the disk store drops its transaction)
+            overlapped += 1
+            logger.warning(
+                "%s: retention moved the log start from %d to %d during the restore; "
+                "restoring again",
+                log.directory,
+                start,
+                moved,
+            )
+            store.abandon()
+        store.commit(end)
         with self.table._lock:
             self.store = store
             self.offset = self.settled = end
@@ -188,7 +207,6 @@ class _Part:
             with self.table._lock:
                 self.table.rebuilds += 1
         self._replay(store, begin, end)
-        store.commit(end)
 
     def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
         """Apply ``[begin, end)`` to ``store``, reporting progress."""

@@ -154,12 +154,16 @@ class DiskStore:
     def sync(self) -> None:
         self.env.sync(True)
 
-    def grow(self) -> None:
-        """Double the map after ``lmdb.MapFullError`` (the open transaction is dropped:
-        the caller applies its batches again)."""
+    def abandon(self) -> None:
+        """Drop the changes applied since the last commit."""
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
+
+    def grow(self) -> None:
+        """Double the map after ``lmdb.MapFullError`` (the open transaction is dropped:
+        the caller applies its batches again)."""
+        self.abandon()
         self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     # -- reads -----------------------------------------------------------------------------
@@ -203,9 +207,7 @@ class DiskStore:
         if self._reader is not None:
             self._reader.abort()
             self._reader = None
-        if self._txn is not None:
-            self._txn.abort()
-            self._txn = None
+        self.abandon()
         self.env.sync(True)
         self.env.close()
         os.close(self._lock_fd)

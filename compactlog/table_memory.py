@@ -134,6 +134,9 @@ class MemoryStore:
     def commit(self, offset: int) -> None:
         """Nothing to persist (the disk store commits here)."""
 
+    def abandon(self) -> None:
+        """Nothing to drop (a restore that is read again starts from a new store)."""
+
     def sync(self) -> None:
         """Nothing to persist."""
 

@@ -306,3 +306,39 @@ def test_close_wakes_a_waiter(tmp_path):
         table.close()
         waiter.join(timeout=10)
         assert raised and not waiter.is_alive()
+
+
+def test_a_cleaning_pass_and_retention_during_the_restore_change_nothing(tmp_path, writer):
+    """Another process compacts and applies retention while the table restores (from the
+    first restored batch on): the table still equals the log's latest state."""
+    directory = tmp_path / "log"
+    config = {"cleanup_policy": "compact,delete", "delete_retention_ms": 0, **SMALL}
+    w = writer(directory, **config)
+    for i in range(300):
+        w.append(b"k%d" % (i % 40), b"v%d" % i + b"x" * 40)
+        if i % 9 == 0:
+            w.append(b"k%d" % (i % 40), None)
+    done = []
+
+    def meanwhile(progress):
+        if not done:
+            done.append(w.send("compact") + w.send("retain"))
+
+    with Table(directory, follow=False, progress=meanwhile) as table:
+        assert done == ["okok"]
+        with compactlog.open(directory, read_only=True) as log:
+            assert table.offset == log.end_offset
+            assert dict(table) == latest_dict(log)
+
+
+def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from compactlog import table as table_module
+
+    monkeypatch.setattr(table_module, "PROGRESS_EVERY_S", 0.0)
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"k%d" % i, b"v") for i in range(20_000)])
+        with caplog.at_level(logging.INFO, logger="compactlog.table"):
+            Table(log.path, follow=False).close()
+    assert "restored 20k of 20k records" in caplog.text
