@@ -8,8 +8,9 @@ every record in ``[log start, E)`` applied in offset order (a tombstone removes 
 and the table's offset is ``E``, never "the last record + 1": when the last records were
 compacted or expired away the table still reflects ``E`` and waits for nothing that no
 longer exists (the quixstreams #1017 hang). The reader follows offsets, not files
-(``reader.iter_batches``), so a cleaning pass or retention running meanwhile changes
-nothing: offsets never change, and records that vanish were superseded or expired.
+(``reader.iter_batches``), so a cleaning pass running meanwhile changes nothing: offsets
+never change, and records that vanish were superseded. Retention moving the log start
+meanwhile may have removed records before they were read: the restore starts again.
 
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
 (``subscriber._Watcher``: no polling loop); a background thread per log applies what each
