@@ -42,6 +42,8 @@ from typing import Any
 
 import compactlog
 
+from .common import timed_runs
+
 VALUE = b"v" * 100
 BATCH = 1000
 
@@ -96,17 +98,6 @@ def _from_latest(directory: str) -> int:
 def _table_restore(directory: str) -> int:
     with compactlog.Table(directory, follow=False) as table:
         return len(table)
-
-
-def _timed(fn: Callable[[], int], repeat: int, expect: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        got = fn()
-        times.append(time.perf_counter() - started)
-        if got != expect:
-            raise AssertionError(f"{fn} built {got} keys, not {expect}")
-    return times
 
 
 def _first_range(directory: str, repeat: int) -> list[float]:
@@ -175,7 +166,9 @@ def run(
             fn()  # warm-up (page cache, imports)
         for _round in range(repeat):  # interleaved: each system sees the same machine
             for name, fn in systems.items():
-                results["systems"].setdefault(name, []).extend(_timed(fn, 1, records))
+                results["systems"].setdefault(name, []).extend(
+                    timed_runs(fn, 1, records, f"keys built by {name}")
+                )
         base = statistics.median(results["systems"]["dict(read_batches())"])
         summary = {}
         for name, times in results["systems"].items():
