@@ -26,11 +26,10 @@ The map is written in place (``writemap``: no copy of the dirty pages on the hea
 at least 1 GiB, doubled whenever it fills. Commits do not ``fsync`` (``sync=False``): a
 killed process loses nothing committed (the pages are in the OS cache);
 :meth:`DiskStore.sync` (every ``SYNC_INTERVAL_S`` while following, and on close) makes
-them survive a power loss too. On restart the table
-replays the log from the stored offset; it rebuilds, and logs why, when the log's start
-offset passed that offset (retention removed records the state never saw), when the log's
-end offset is below it, or when the log holds no checkpoint of the table's subscriber
-(the log was recreated).
+them survive a power loss too. On restart the table replays the log from the stored
+offset; it rebuilds, and logs why, when the log's start offset passed that offset
+(retention removed records the state never saw), when the log's end offset is below it, or
+when the log holds no checkpoint of the table's subscriber (the log was recreated).
 """
 
 from __future__ import annotations
@@ -143,10 +142,10 @@ class DiskStore:
     def commit(self, offset: int) -> None:
         """Steps 1-2 of the module's crash protocol: the changes applied since the last
         commit and ``offset``, in one transaction."""
-        txn = self._write()
+        txn = self._write()  # 1. (the changes are in it already)
         txn.put(_OFFSET_KEY, _OFFSET.pack(offset), db=self.meta)
         self._txn = None
-        txn.commit()
+        txn.commit()  # 2.
         if self._reader is not None:  # (a stale reader would pin the old pages)
             self._reader.abort()
             self._reader = None
