@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .log import Log
     from .log import open_log as open
     from .recovery import RepairReport, repair
+    from .table import Table
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
@@ -50,6 +51,7 @@ _LAZY = {
     "Log": ("log", "Log"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
+    "Table": ("table", "Table"),
     "repair": ("recovery", "repair"),
 }
 
@@ -87,6 +89,7 @@ __all__ = [
     "RepairReport",
     "SubscriberBusyError",
     "SubscriberError",
+    "Table",
     "WriteRefusedError",
     "open",
     "repair",

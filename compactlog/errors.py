@@ -22,6 +22,11 @@ class ConfigError(CompactLogError, ValueError):
     """An unknown configuration name or an impossible value."""
 
 
+class InexactReadError(ConfigError):
+    """A state asked for as of an offset below the cleaner point: compaction may have
+    removed records of that state (``Log.latest(as_of=)``, Spark's ``asOfOffset``)."""
+
+
 class InvalidRecordError(CompactLogError, TypeError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
 
