@@ -61,7 +61,8 @@ class CompactLogReader(DataSourceReader):
     """Plans once (snapshot, range, head map, partitions) and reads partitions as Arrow."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
         from .batch import plan_read
 
         self.options = options
@@ -73,7 +74,8 @@ class CompactLogReader(DataSourceReader):
         return [CompactLogPartition(p.index, p.start, p.end) for p in self.plan.partitions]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
+        from ..arrow.convert import Layout, to_arrow
+        from .arrow import target_schema
         from .batch import Partition, read_partition
 
         assert isinstance(partition, CompactLogPartition)

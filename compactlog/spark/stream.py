@@ -101,7 +101,8 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """Micro-batches over log offsets; see the module docstring for the guarantees."""
 
     def __init__(self, options: ReadOptions, stream: StreamOptions, schema: StructType) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
 
         self.options = options
         self.stream = stream
@@ -168,7 +169,8 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
+        from ..arrow.convert import Layout, to_arrow
+        from .arrow import target_schema
         from .batch import _chunks
 
         assert isinstance(partition, CompactLogPartition)
