@@ -144,7 +144,7 @@ class ControlDataSource(DataSource):
 
     def schema(self) -> str:
         from compactlog.spark.options import parse_options
-        from compactlog.spark.source import schema_ddl
+        from compactlog.spark.options import schema_ddl
 
         return schema_ddl(parse_options({"path": "-", "mode": "changelog"}))
 

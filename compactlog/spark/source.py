@@ -21,27 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
-from .options import ReadOptions, parse_options
-
-METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
-
-
-def schema_ddl(options: ReadOptions) -> str:
-    """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
-    if options.value_format == "json":
-        if not options.value_schema:
-            raise ConfigError(
-                "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
-                ".schema(...)"
-            )
-        value = options.value_schema.strip().rstrip(",")
-    elif options.value_format == "string":
-        value = "value STRING"
-    else:
-        value = "value BINARY"
-    deleted = ", deleted BOOLEAN" if options.changelog else ""
-    return f"key BINARY, {value}, {METADATA_DDL}{deleted}"
+from .options import ReadOptions, parse_options, schema_ddl
 
 
 class CompactLogPartition(InputPartition):
@@ -124,4 +104,4 @@ class CompactLogDataSource(DataSource):
         return make_writer(self.options, schema, overwrite)
 
 
-__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]
+__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader"]
