@@ -21,9 +21,9 @@ def open_log(path, **config):
 
 
 def table_rows(table):
+    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # ms since the epoch
     rows = []
-    for row in table.to_pylist():
-        stamp = int(row["timestamp"].timestamp() * 1000)
+    for row, stamp in zip(table.to_pylist(), stamps, strict=True):
         headers = dict(row["headers"]) if row["headers"] is not None else None
         rows.append((row["offset"], row["key"], row["value"], stamp, headers))
     return rows

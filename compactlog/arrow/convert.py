@@ -3,8 +3,11 @@
 A :class:`~compactlog.format.RecordBatch` already holds its records as numpy length
 columns and byte blobs; Arrow's ``binary`` layout is a validity bitmap, ``int32`` end
 offsets and one data buffer. So a chunk of batches becomes Arrow by concatenating the
-columns (:func:`concat_batches`: a handful of numpy calls and one ``bytes.join`` per blob)
-and wrapping the blobs as Arrow buffers (:func:`binary_array`: a cumulative sum, no copy).
+columns (:func:`concat_batches`: a handful of numpy calls and one ``bytes.join`` per blob;
+a large batch is a chunk of its own and is not copied at all) and wrapping the blobs as
+Arrow buffers (:func:`binary_array`: a cumulative sum, no copy). The Arrow arrays may so
+share a closed segment's mapping (``segment.SegmentReader``): it stays mapped while they
+live, and closed segments are never changed in place, only replaced or removed.
 Nothing here parses record bytes: headers, the one column stored as per-record blocks,
 are decoded by ``format.decode_headers`` (only for records that have headers).
 
@@ -30,6 +33,8 @@ METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
 RAW_VALUE = "value"
 CHUNK_RECORDS = 1 << 16
 CHUNK_BYTES = 32 << 20
+ALONE_RECORDS = 1 << 12  # a batch this large is a chunk of its own (its blobs not copied)
+ALONE_BYTES = 1 << 20
 NEWLINE = 10
 HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
 RECORD_SCHEMA = pa.schema(
@@ -55,10 +60,10 @@ class Columns:
     timestamps: np.ndarray
     key_lengths: np.ndarray
     value_lengths: np.ndarray
-    keys_blob: bytes
-    values_blob: bytes
+    keys_blob: bytes | memoryview
+    values_blob: bytes | memoryview
     header_lengths: np.ndarray | None
-    headers_blob: bytes | None
+    headers_blob: bytes | memoryview | None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -66,19 +71,40 @@ class Columns:
 
 def concat_batches(batches: Sequence[RecordBatch]) -> Columns:
     """One :class:`Columns` holding every record of ``batches``, in order (they may come
-    from several segments: only the columns are joined, no batch header is made)."""
+    from several segments: only the columns are joined, no batch header is made). One
+    batch's columns are taken as they are, views included."""
+    if len(batches) == 1:
+        b = batches[0]
+        return Columns(
+            b.offsets,
+            b.timestamps,
+            b.key_lengths,
+            b.value_lengths,
+            b.keys_blob,
+            b.values_blob,
+            b.header_lengths,
+            b.headers_blob,
+        )
     return Columns(*concat_columns(batches))
 
 
 def chunk_columns(batches: Iterable[RecordBatch]) -> Iterator[Columns]:
     """``batches`` as :class:`Columns` of about :data:`CHUNK_RECORDS` records or
-    :data:`CHUNK_BYTES` bytes each (the unit converted to one Arrow batch)."""
+    :data:`CHUNK_BYTES` bytes each (the unit converted to one Arrow batch); a batch of
+    :data:`ALONE_RECORDS` records or :data:`ALONE_BYTES` bytes is a chunk alone."""
     pending: list[RecordBatch] = []
     records = size = 0
     for batch in batches:
+        batch_size = len(batch.keys_blob) + len(batch.values_blob)
+        if len(batch) >= ALONE_RECORDS or batch_size >= ALONE_BYTES:
+            if pending:
+                yield concat_batches(pending)
+                pending, records, size = [], 0, 0
+            yield concat_batches([batch])
+            continue
         pending.append(batch)
         records += len(batch)
-        size += len(batch.keys_blob) + len(batch.values_blob)
+        size += batch_size
         if records >= CHUNK_RECORDS or size >= CHUNK_BYTES:
             yield concat_batches(pending)
             pending, records, size = [], 0, 0
@@ -86,16 +112,25 @@ def chunk_columns(batches: Iterable[RecordBatch]) -> Iterator[Columns]:
         yield concat_batches(pending)
 
 
-def binary_array(blob: bytes, lengths: np.ndarray, type_: pa.DataType | None = None) -> pa.Array:
+def binary_array(
+    blob: bytes | memoryview, lengths: np.ndarray, type_: pa.DataType | None = None
+) -> pa.Array:
     """An Arrow ``binary`` (or ``string``) array over ``blob``; length -1 is null. No copy
-    of the blob."""
+    of the blob. Equal lengths (fixed-size keys, fixed-layout values) need no running sum:
+    the end offsets are a range."""
     n = len(lengths)
-    sizes = np.maximum(lengths, 0)
-    ends = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(sizes, out=ends[1:], dtype=np.int32)
-    valid = lengths >= 0
-    nulls = n - int(np.count_nonzero(valid))
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    validity = None
+    nulls = 0
+    width = int(lengths[0]) if n else 0
+    if n and width >= 0 and int(lengths.min()) == int(lengths.max()):
+        ends = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    else:
+        ends = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.maximum(lengths, 0), out=ends[1:], dtype=np.int32)
+        valid = lengths >= 0
+        nulls = n - int(np.count_nonzero(valid))
+        if nulls:
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(
         type_ or pa.binary(),
         n,
@@ -108,7 +143,7 @@ def headers_array(columns: Columns, type_: pa.DataType) -> pa.Array:
     n = len(columns)
     if columns.header_lengths is None or not bool((columns.header_lengths > 0).any()):
         return pa.nulls(n, type=type_)
-    blob = columns.headers_blob or b""
+    blob = bytes(columns.headers_blob or b"")
     ends = np.cumsum(columns.header_lengths, dtype=np.int64).tolist()
     starts = [0, *ends[:-1]]
     items = [
@@ -171,8 +206,11 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
         elif name == "offset":
             array = filtered(pa.array(columns.offsets, type=pa.int64()))
         elif name == "timestamp":
-            millis = columns.timestamps.astype(np.int64)  # a copy: never a view of a segment
-            array = filtered(pa.array(millis, type=pa.timestamp("ms", tz="UTC")))
+            millis = np.ascontiguousarray(columns.timestamps, dtype=np.int64)
+            stamps = pa.Array.from_buffers(
+                pa.timestamp("ms", tz="UTC"), len(millis), [None, pa.py_buffer(millis)]
+            )
+            array = filtered(stamps)
         elif name == "headers":
             array = filtered(headers_array(columns, type_))
         elif name == "deleted":
