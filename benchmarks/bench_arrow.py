@@ -33,12 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 import compactlog
+
+from .common import median_rate
 
 KEY_BYTES = 16
 VALUE_BYTES = 100
@@ -50,17 +51,6 @@ def _rows(records: int) -> tuple[list[bytes], list[bytes]]:
     keys = [b"%016d" % i for i in range(records)]
     values = [data[i * VALUE_BYTES : (i + 1) * VALUE_BYTES] for i in range(records)]
     return keys, values
-
-
-def _median_rate(run_once: Callable[[], int], records: int, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        seen = run_once()
-        times.append(time.perf_counter() - started)
-        if seen != records:
-            raise AssertionError(f"{seen} records, not {records}")
-    return records / statistics.median(times)
 
 
 def _append_rates(
@@ -143,14 +133,14 @@ def run(
             log.compact(force=True)
         with compactlog.open(path, read_only=True) as log:
             scans = {
-                "read_batches": _median_rate(
+                "read_batches": median_rate(
                     lambda: sum(len(b) for b in log.read_batches()), records, repeat
                 ),
-                "read_arrow": _median_rate(lambda: log.read_arrow().num_rows, records, repeat),
-                "latest_batches": _median_rate(
+                "read_arrow": median_rate(lambda: log.read_arrow().num_rows, records, repeat),
+                "latest_batches": median_rate(
                     lambda: sum(len(b) for b in log.latest_batches()), records, repeat
                 ),
-                "latest_arrow": _median_rate(lambda: log.latest_arrow().num_rows, records, repeat),
+                "latest_arrow": median_rate(lambda: log.latest_arrow().num_rows, records, repeat),
             }
         out = os.path.join(scratch, "table")
         arrow_s = statistics.median(_restore_seconds(path, out, "arrow") for _ in range(repeat))

@@ -41,6 +41,19 @@ def check(condition: bool, message: str) -> None:
         raise BenchmarkError(message)
 
 
+def median_rate(scan: Callable[[], int], records: int, repeat: int) -> float:
+    """Records per second of the median of ``repeat`` runs of ``scan``, which returns the
+    records it saw (checked against ``records``)."""
+    times = []
+    for _ in range(repeat):
+        started = perf_counter()
+        seen = scan()
+        times.append(perf_counter() - started)
+        if seen != records:
+            raise AssertionError(f"read back {seen} records, not {records}")
+    return records / statistics.median(times)
+
+
 # -- measurements ------------------------------------------------------------------------
 
 

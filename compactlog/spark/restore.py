@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
+from .options import ReadOptions
 
 RESULT_FILE = "_compactlog.json"
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -163,35 +164,25 @@ def restore(
             )
         result.engine = engine
         engine_started = time.perf_counter()
+        read = ReadOptions(
+            path=snapshot_dir,
+            as_of=as_of,
+            allow_inexact=allow_inexact,
+            value_format=value_format,
+            value_schema=value_schema,
+            num_partitions=partitions,
+        )
         if engine == "arrow":
             from .restore_arrow import write_arrow_table
 
             def fill(directory: str) -> int:
-                return write_arrow_table(
-                    snapshot_dir,
-                    directory,
-                    format=format,
-                    as_of=as_of,
-                    value_format=value_format,
-                    value_schema=value_schema,
-                    allow_inexact=allow_inexact,
-                )
+                return write_arrow_table(read, directory, format)
 
         else:
             session = spark if spark is not None else _session(master, progress)
 
             def fill(directory: str) -> int:
-                return _write_with_spark(
-                    session,
-                    snapshot_dir,
-                    directory,
-                    format=format,
-                    as_of=as_of,
-                    value_format=value_format,
-                    value_schema=value_schema,
-                    partitions=partitions,
-                    allow_inexact=allow_inexact,
-                )
+                return _write_with_spark(session, read, directory, format)
 
         result.rows = _replace_output(output, fill, result, started, engine_started)
     finally:
@@ -342,33 +333,22 @@ def _replace_output(
     return rows
 
 
-def _write_with_spark(
-    spark: Any,
-    snapshot_dir: str,
-    directory: str,
-    *,
-    format: str,
-    as_of: int | None,
-    value_format: str,
-    value_schema: str | None,
-    partitions: int | None,
-    allow_inexact: bool,
-) -> int:
-    """The Spark engine: the ``compactlog`` source's table written by Spark into
-    ``directory`` (which it creates); returns its rows."""
+def _write_with_spark(spark: Any, read: ReadOptions, directory: str, format: str) -> int:
+    """The Spark engine: the ``compactlog`` source's table, read with ``read``, written by
+    Spark into ``directory`` (which it creates); returns its rows."""
     from .session import worker_python_env
 
     worker_python_env()
-    reader = spark.read.format("compactlog").option("valueFormat", value_format)
-    if value_schema:
-        reader = reader.option("valueSchema", value_schema)
-    if as_of is not None:
-        reader = reader.option("asOfOffset", str(as_of))
-    if allow_inexact:
+    reader = spark.read.format("compactlog").option("valueFormat", read.value_format)
+    if read.value_schema:
+        reader = reader.option("valueSchema", read.value_schema)
+    if read.as_of is not None:
+        reader = reader.option("asOfOffset", str(read.as_of))
+    if read.allow_inexact:
         reader = reader.option("allowInexact", "true")
-    if partitions is not None:
-        reader = reader.option("numPartitions", str(partitions))
-    df = reader.load(snapshot_dir)
+    if read.num_partitions is not None:
+        reader = reader.option("numPartitions", str(read.num_partitions))
+    df = reader.load(read.path)
     if format == "csv":
         df = _csv_ready(df)
     writer = df.write.format(format).mode("error")

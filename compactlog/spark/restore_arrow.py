@@ -50,30 +50,14 @@ def restore_schema(value_format: str, value_schema: str | None) -> pa.Schema:
     return arrow_schema(schema_ddl(options))
 
 
-def write_arrow_table(
-    snapshot_dir: str,
-    directory: str,
-    *,
-    format: str,
-    as_of: int | None,
-    value_format: str,
-    value_schema: str | None,
-    allow_inexact: bool,
-) -> int:
-    """Write the latest state of the snapshot at ``snapshot_dir`` into ``directory`` (which
-    it creates); returns the rows written."""
+def write_arrow_table(read: ReadOptions, directory: str, format: str) -> int:
+    """Write the latest state of the snapshot ``read.path``, read with ``read``, into
+    ``directory`` (which it creates); returns the rows written."""
     check_arrow_format(format)
-    schema = restore_schema(value_format, value_schema)
-    layout = Layout(schema, value_format)
+    schema = restore_schema(read.value_format, read.value_schema)
+    layout = Layout(schema, read.value_format)
     layout.check()
-    options = ReadOptions(
-        path=snapshot_dir,
-        as_of=as_of,
-        allow_inexact=allow_inexact,
-        value_format=value_format,
-        value_schema=value_schema,
-    )
-    plan = plan_read(options)
+    plan = plan_read(read)
     os.makedirs(directory)
     path = os.path.join(directory, f"{PART_FILE}.{format}")
     writer = _open_writer(format, path, csv_schema(schema) if format == "csv" else schema)
