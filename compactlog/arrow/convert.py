@@ -122,8 +122,8 @@ def binary_array(
     validity = None
     nulls = 0
     width = int(lengths[0]) if n else 0
-    if n and width >= 0 and int(lengths.min()) == int(lengths.max()):
-        ends = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    if n and width > 0 and int(lengths.min()) == int(lengths.max()):
+        ends = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     else:
         ends = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(np.maximum(lengths, 0), out=ends[1:], dtype=np.int32)
@@ -204,13 +204,9 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
         if name == "key":
             array = filtered(binary_array(columns.keys_blob, columns.key_lengths))
         elif name == "offset":
-            array = filtered(pa.array(columns.offsets, type=pa.int64()))
+            array = filtered(_int64_array(columns.offsets, pa.int64()))
         elif name == "timestamp":
-            millis = np.ascontiguousarray(columns.timestamps, dtype=np.int64)
-            stamps = pa.Array.from_buffers(
-                pa.timestamp("ms", tz="UTC"), len(millis), [None, pa.py_buffer(millis)]
-            )
-            array = filtered(stamps)
+            array = filtered(_int64_array(columns.timestamps, pa.timestamp("ms", tz="UTC")))
         elif name == "headers":
             array = filtered(headers_array(columns, type_))
         elif name == "deleted":
@@ -225,6 +221,13 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
             array = json_table.column(name)
         arrays.append(_cast(array, type_, name))
     return pa.RecordBatch.from_arrays(arrays, schema=layout.schema)
+
+
+def _int64_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of a 64-bit type, sharing their memory when they are
+    contiguous ``int64`` already (``pa.array`` would copy)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
 
 
 def _cast(array: pa.Array, type_: pa.DataType, name: str) -> pa.Array:

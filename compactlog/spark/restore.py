@@ -292,8 +292,8 @@ def _replace_output(
     """Write the table with ``fill`` and put it in place of ``output``, atomically.
 
     1. ``fill(<output>.tmp-<pid>)`` creates a temporary directory beside the output,
-       writes the table into it and returns its rows. Death here: the old output is untouched; a
-       ``.tmp-*`` directory is left to delete.
+       writes the table into it and returns its rows. Death here: the old output is
+       untouched; a ``.tmp-*`` directory is left to delete.
     2. Every file in it and the directory itself are fsynced, then ``_compactlog.json``
        is written into it, fsynced. Death here: as in step 1.
     3. The old output, if any, is renamed to ``<output>.old-<pid>``. Death here: the old
