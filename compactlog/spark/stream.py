@@ -169,13 +169,13 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from ..arrow.convert import Layout, to_arrow
+        from ..arrow.convert import Layout, chunk_columns, to_arrow
+        from ..reader import iter_batches
         from .arrow import target_schema
-        from .batch import _chunks
 
         assert isinstance(partition, CompactLogPartition)
         layout = Layout(target_schema(self.schema), self.options.value_format)
-        for columns in _chunks(self.path, partition.start, partition.end):
+        for columns in chunk_columns(iter_batches(self.path, partition.start, partition.end)):
             yield to_arrow(columns, None, layout)
 
     def commit(self, end: dict) -> None:
