@@ -21,27 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
-from .options import ReadOptions, parse_options
-
-METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
-
-
-def schema_ddl(options: ReadOptions) -> str:
-    """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
-    if options.value_format == "json":
-        if not options.value_schema:
-            raise ConfigError(
-                "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
-                ".schema(...)"
-            )
-        value = options.value_schema.strip().rstrip(",")
-    elif options.value_format == "string":
-        value = "value STRING"
-    else:
-        value = "value BINARY"
-    deleted = ", deleted BOOLEAN" if options.changelog else ""
-    return f"key BINARY, {value}, {METADATA_DDL}{deleted}"
+from .options import ReadOptions, parse_options, schema_ddl
 
 
 class CompactLogPartition(InputPartition):
@@ -61,7 +41,8 @@ class CompactLogReader(DataSourceReader):
     """Plans once (snapshot, range, head map, partitions) and reads partitions as Arrow."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
         from .batch import plan_read
 
         self.options = options
@@ -73,7 +54,8 @@ class CompactLogReader(DataSourceReader):
         return [CompactLogPartition(p.index, p.start, p.end) for p in self.plan.partitions]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
+        from ..arrow.convert import Layout, to_arrow
+        from .arrow import target_schema
         from .batch import Partition, read_partition
 
         assert isinstance(partition, CompactLogPartition)
@@ -122,4 +104,4 @@ class CompactLogDataSource(DataSource):
         return make_writer(self.options, schema, overwrite)
 
 
-__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]
+__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader"]
