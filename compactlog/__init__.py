@@ -33,20 +33,28 @@ from .errors import (
     RecordTooLargeError,
     SubscriberBusyError,
     SubscriberError,
+    UnsafeChangeError,
     WriteRefusedError,
 )
 
 if TYPE_CHECKING:
+    from .compaction.stats import CleanerStats
     from .format import FORMAT_VERSION, Record, RecordBatch
-    from .log import Log
+    from .log import Log, SettingIgnoredWarning
     from .log import open_log as open
     from .recovery import RepairReport, repair
+    from .snapshot import Snapshot
+    from .subscriber import Subscriber
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
     "Record": ("format", "Record"),
     "RecordBatch": ("format", "RecordBatch"),
+    "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
+    "SettingIgnoredWarning": ("log", "SettingIgnoredWarning"),
+    "Snapshot": ("snapshot", "Snapshot"),
+    "Subscriber": ("subscriber", "Subscriber"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
     "repair": ("recovery", "repair"),
@@ -65,6 +73,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FORMAT_VERSION",
+    "CleanerStats",
     "CompactLogError",
     "CompactionError",
     "CompactionWriteError",
@@ -83,8 +92,12 @@ __all__ = [
     "RecordBatch",
     "RecordTooLargeError",
     "RepairReport",
+    "SettingIgnoredWarning",
+    "Snapshot",
+    "Subscriber",
     "SubscriberBusyError",
     "SubscriberError",
+    "UnsafeChangeError",
     "WriteRefusedError",
     "open",
     "repair",

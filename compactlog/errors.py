@@ -22,6 +22,11 @@ class ConfigError(CompactLogError, ValueError):
     """An unknown configuration name or an impossible value."""
 
 
+class UnsafeChangeError(ConfigError):
+    """A change to a log's stored settings that could lose or strand data, or that a live
+    writer would not see (``config.check_change`` says which and why)."""
+
+
 class InvalidRecordError(CompactLogError, TypeError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
 
