@@ -607,9 +607,11 @@ class Log:
             self.reload_meta()  # retention settings may have changed since this log opened
             return self._enforce_retention_locked(now)
 
-    def _enforce_retention_locked(self, now: int) -> retention.RetentionResult:
+    def _enforce_retention_locked(
+        self, now: int, config: LogConfig | None = None
+    ) -> retention.RetentionResult:
         """:meth:`enforce_retention` for a caller already holding the cleaner lock
-        (``compact()`` runs it at the end of every pass)."""
+        (``compact()`` runs it at the end of every pass, with the pass's ``config``)."""
         writer = self._writable()
         with writer.exclusive():
             infos = retention.closed_segments(self.directory, self._timestamp_cache)
@@ -618,7 +620,7 @@ class Log:
                 self.directory, active_base, read_log_head(self.directory)
             )
             doomed, reason = retention.select_for_deletion(
-                self.config, infos, total, now, self.subscribers()
+                config or self.config, infos, total, now, self.subscribers()
             )
             removed = retention.delete_segments(
                 self.fs,
