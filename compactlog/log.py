@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from time import time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import filenames, recovery, retention
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
@@ -48,6 +48,11 @@ from .segment import list_segments, segment_data_size
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
+
+if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
+    from .compaction.stats import CleanerStats
+    from .snapshot import Snapshot
+    from .subscriber import Subscriber
 
 
 def wall_clock_ms() -> int:
@@ -641,7 +646,7 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
-    def subscribe(self, name: str, *, start: int | None = None) -> Any:
+    def subscribe(self, name: str, *, start: int | None = None) -> Subscriber:
         """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
 
         A durable name has one consumer at a time in all processes and threads: while one
@@ -673,7 +678,7 @@ class Log:
         *,
         now_ms: int | None = None,
         progress: Callable[[Any], None] | None = None,
-    ) -> Any:
+    ) -> CleanerStats:
         """One cleaning pass if due (``force``: regardless of the dirty ratio), then
         retention. Returns the pass's statistics. ``progress`` is called with
         ``compactlog.compaction.CompactionProgress`` events (bytes done and planned, per
@@ -699,7 +704,7 @@ class Log:
         return latest_batches(self, as_of)
 
     # -- snapshots ---------------------------------------------------------------------
-    def snapshot(self, dest: str | os.PathLike[str]) -> Any:
+    def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:
         """A consistent point-in-time copy of this log at ``dest`` (hard links for closed
         segments), as of the end offset now; writers and the cleaner keep working. Returns
         a :class:`~compactlog.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
