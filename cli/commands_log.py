@@ -190,10 +190,10 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
     The same rules as the library's open(..., update_config=True) and the cleaner
     service's overrides. Changes that could lose or strand data are refused with the reason
     (cleanup_policy; precommit_bytes while a precommit buffer is pending). Retention and
-    cleaner settings
-    (retention_ms, retention_bytes, min_cleanable_dirty_ratio, *_compaction_lag_ms,
-    delete_retention_ms, cleaner_*) can change while writers run: every compaction pass and
-    retention run reads them afresh. Settings writers read once when they open the log
+    cleaner settings (retention_ms, retention_bytes, min_cleanable_dirty_ratio,
+    *_compaction_lag_ms, delete_retention_ms, cleaner_*) can change while writers run:
+    every compaction pass and retention run reads them afresh. Settings writers read once
+    when they open the log
     (segment_bytes, segment_ms, index_interval_bytes, max_record_bytes, compression,
     compression_level, sync, sync_interval_ms, precommit_bytes, min_free_bytes) are
     refused while a writer has the log open, naming it and the reason; --force stores

@@ -3,7 +3,7 @@
 Names follow Kafka's topic configs in snake_case, plus JLog's ``precommit_bytes``, workq's
 sync policies and Kafka's producer linger (``linger_ms``, ``batch_records``).
 
-Two kinds of setting (``docs/user-guide.md``, "Settings"):
+Two kinds of setting (``docs/user-guide.md``, sections 3 and 8):
 
 - **stored** settings are properties of the log, kept in its ``meta``: given when the log is
   created, changed afterwards only through :func:`check_change` (``compactlog config set``,

@@ -77,8 +77,8 @@ class Log:
     is refused while another writer has the log open). Readers, subscribers and read-only
     tools are unaffected; the lock goes with the process if it is killed.
 
-    Settings (``**config``) come in two groups (``config.PER_PROCESS``, the user guide's
-    "Settings"). *Stored* settings are the log's own: applied when this open creates the
+    Settings (``**config``) come in two groups (``config.PER_PROCESS``; the user guide,
+    sections 3 and 8). *Stored* settings are the log's own: applied when this open creates the
     log; on an existing log one that differs from the stored value is ignored with a
     :class:`SettingIgnoredWarning` naming both values, unless ``update_config=True``, which
     stores them through the checks of ``compactlog config set`` (``config.check_change``:
@@ -118,7 +118,7 @@ class Log:
         if wait is not False:
             _wait_for_log(self.directory, wait, create=create, read_only=read_only)
         self.exclusive = exclusive
-        self.update_config = update_config
+        self._update_config = update_config
         self._live_writers = ""  # who else writes, when update_config must know (see below)
         # per-process settings for this open only (all of them are stored by update_config)
         self._process = {} if update_config else {n: config[n] for n in config if n in PER_PROCESS}
@@ -180,7 +180,7 @@ class Log:
         self._refuse_foreign_directory()  # before a lock file is put into it
         # (asked before this open registers, as it then counts as a writer itself)
         others = (
-            self.update_config
+            self._update_config
             and any(name in WRITER_CACHED for name in config)
             and other_writers(os.path.join(self.directory, filenames.WRITERS_LOCK))
         )
@@ -232,7 +232,7 @@ class Log:
             write_meta(self.fs, self.directory, meta)
             return meta
         meta = read_meta(self.directory)
-        if self.update_config:
+        if self._update_config:
             return self._store_config_locked(config, self._live_writers, "stop the writer first")
         wanted = meta.config.merged(config)  # unknown names and bad values are still errors
         meta.config.merged(self._process)  # what this open works with must be valid as a whole

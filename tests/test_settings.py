@@ -37,8 +37,8 @@ def test_an_application_reopen_never_changes_a_setting_the_operator_set(log_dir)
         [sys.executable, "-c", app, str(log_dir)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert "segment_bytes=65536 ignored: the log stores segment_bytes=131072" in done.stderr
     assert run("config", "get", log_dir, "segment_bytes").stdout.strip() == "131072"
+    assert "segment_bytes=65536 ignored: the log stores segment_bytes=131072" in done.stderr
 
 
 def test_update_config_stores_a_safe_change(log_dir):
