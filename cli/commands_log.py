@@ -49,8 +49,7 @@ def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
     if os.path.exists(os.path.join(directory, "meta")):
         raise CliError("a log already exists here", path=directory)
     config = parse_assignments(settings)
-    # update_config: per-process settings (sync, linger_ms...) are stored as the defaults
-    with compactlog.open(directory, create=True, update_config=True, **config) as log:
+    with compactlog.open(directory, create=True, **config) as log:
         stored = log.config.to_dict()
     if as_json:
         emit_json({"path": directory, "created": True, "config": stored})

@@ -9,8 +9,9 @@ Two kinds of setting (``docs/user-guide.md``, sections 3 and 8):
   created, changed afterwards only through :func:`check_change` (``compactlog config set``,
   ``open(..., update_config=True)``). An ordinary open never rewrites them.
 - **per-process** settings (:data:`PER_PROCESS`) say how *this* process writes: its fsync
-  policy and in-memory batching. One passed to ``open`` applies to that open only; ``meta``
-  keeps a default for opens that pass none.
+  policy and in-memory batching. One passed to ``open`` of an existing log applies to that
+  open only; ``meta`` keeps a default for opens that pass none (set when the log is created,
+  or changed like a stored setting).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ MAX_MERGE_BYTES = 256 * MIB  # cleaner_merge_batch_bytes: 0 (never merge) up to 
 CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
 COMPRESSIONS = ("none", "zstd")
 SYNC_POLICIES = ("always", "interval", "os")
+SERDE_FORMATS = ("bytes", "str", "json")  # serde.FORMATS (not imported: serde needs format.py)
 
 # How one process writes, not what the log is: each writer fsyncs its own appends by its own
 # policy and holds its own lingering records in memory, so two processes may differ safely.
@@ -97,6 +99,8 @@ class LogConfig:
     cleaner_io_bytes_per_second: int | None = None
     cleaner_merge_batch_bytes: int = 1 * MIB
     min_free_bytes: int = 16 * MIB
+    key_format: str = "bytes"  # declared formats (serde.py): what readers decode by default
+    value_format: str = "bytes"
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -181,6 +185,8 @@ class LogConfig:
             maximum=MAX_MERGE_BYTES,
         )
         _int("min_free_bytes", self.min_free_bytes, minimum=0)
+        _choice("key_format", self.key_format, SERDE_FORMATS)
+        _choice("value_format", self.value_format, SERDE_FORMATS)
         if (
             self.max_compaction_lag_ms is not None
             and self.max_compaction_lag_ms < self.min_compaction_lag_ms

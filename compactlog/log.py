@@ -33,7 +33,7 @@ from .errors import (
     RecordTooLargeError,
 )
 from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
-from .fsio import DEFAULT_FS, FileSystem
+from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
     other_writers,
@@ -45,6 +45,7 @@ from .head import (
 )
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
+from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
@@ -77,6 +78,11 @@ class Log:
     is refused while another writer has the log open). Readers, subscribers and read-only
     tools are unaffected; the lock goes with the process if it is killed.
 
+    Keys and values are converted by the formats the log declares (``key_format``,
+    ``value_format``) or by ``key_serializer``/``value_serializer`` and
+    ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
+    names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
+
     Settings (``**config``) come in two groups (``config.PER_PROCESS``; the user guide,
     sections 3 and 8). *Stored* settings are the log's own: applied when this open creates the
     log; on an existing log one that differs from the stored value is ignored with a
@@ -84,8 +90,9 @@ class Log:
     stores them through the checks of ``compactlog config set`` (``config.check_change``:
     :class:`~compactlog.errors.UnsafeChangeError` when refused). *Per-process* settings
     (``sync``, ``sync_interval_ms``, ``linger_ms``, ``batch_records``) say how this open
-    writes: they apply to this open only, are never stored (but with ``update_config=True``,
-    which stores them as the default of opens that pass none) and never warned about.
+    writes: on an existing log they apply to this open only, are never stored (unless
+    ``update_config=True``) and never warned about; an open that creates the log stores them
+    as the defaults of opens that pass none.
 
     ``wait`` (with ``read_only=True`` or ``create=False``): when no log is there yet, wait
     for one to be created, up to ``wait`` seconds (``True``: for ever), looking for its
@@ -103,10 +110,23 @@ class Log:
         clock: Callable[[], int] | None = None,
         update_config: bool = False,
         wait: float | bool = False,
+        key_serializer: Serializer | str | None = None,
+        value_serializer: Serializer | str | None = None,
+        key_deserializer: Deserializer | str | None = None,
+        value_deserializer: Deserializer | str | None = None,
+        raw: bool = False,
         _fs: FileSystem | None = None,
         **config: Any,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(path))
+        self._raw = raw
+        self._conversions = {
+            "key_serializer": key_serializer,
+            "value_serializer": value_serializer,
+            "key_deserializer": key_deserializer,
+            "value_deserializer": value_deserializer,
+        }
+        self.serde: Serde = RAW
         self.read_only = read_only
         if exclusive and read_only:
             raise ConfigError("exclusive=True is for writers; a read_only open takes no lock")
@@ -133,6 +153,7 @@ class Log:
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
         self._plain_installed = False  # whether append is the plain path's (single.py)
+        self._own_append = False  # whether this object has an append of its own
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -174,7 +195,7 @@ class Log:
         if not os.path.isdir(self.directory):
             if not create or self.read_only:
                 raise NotALogError("no such log directory", path=self.directory)
-            os.makedirs(self.directory, exist_ok=True)
+            make_directories(self.fs, self.directory)
         if self.read_only:
             return self._load_or_create_locked(create, config)
         self._refuse_foreign_directory()  # before a lock file is put into it
@@ -222,13 +243,12 @@ class Log:
 
     def _load_or_create_locked(self, create: bool, config: Mapping[str, Any]) -> Meta:
         meta_path = os.path.join(self.directory, filenames.META)
-        stored = {n: v for n, v in config.items() if n not in self._process}
         if not os.path.exists(meta_path):
             self._refuse_foreign_directory()
             if not create or self.read_only:
                 raise NotALogError("not a compactlog log (no meta file)", path=self.directory)
-            meta = Meta(config=LogConfig.from_mapping(stored))
-            meta.config.merged(self._process)  # this open's settings must fit it too
+            # per-process settings too: they become the defaults of opens that pass none
+            meta = Meta(config=LogConfig.from_mapping(config))
             write_meta(self.fs, self.directory, meta)
             return meta
         meta = read_meta(self.directory)
@@ -236,6 +256,7 @@ class Log:
             return self._store_config_locked(config, self._live_writers, "stop the writer first")
         wanted = meta.config.merged(config)  # unknown names and bad values are still errors
         meta.config.merged(self._process)  # what this open works with must be valid as a whole
+        stored = [n for n in config if n not in self._process]
         ignored = [n for n in stored if getattr(wanted, n) != getattr(meta.config, n)]
         for name in ignored:
             warnings.warn(
@@ -258,6 +279,11 @@ class Log:
         self._meta = meta
         # the stored config with this open's per-process settings (checked once, at open)
         self._config = replace(meta.config, **self._process) if self._process else meta.config
+        if not self._raw:
+            config = meta.config
+            self.serde = serde_for(
+                self.directory, config.key_format, config.value_format, **self._conversions
+            )
         self._choose_append_path()  # the config may have changed what append() may skip
 
     def _choose_append_path(self) -> None:
@@ -265,31 +291,41 @@ class Log:
         for plain records (``single.build_plain_append``: bytes key and value, no headers,
         the wall clock, one frame from the call to the ``pwrite``) where nothing between the
         two would touch the record: a writer with no buffer (``SegmentWriter.plain_single``)
-        on the plain file system, no compression and the default clock. Otherwise, and once
-        closed, ``append`` is :meth:`Log.append` itself."""
+        on the plain file system, no compression, the default clock and no fsync per append
+        (``sync="always"`` publishes a record only once it is synced: the general path).
+        Otherwise, and once closed, ``append`` is :meth:`Log.append` itself. A log whose keys
+        or values are serialized gets an ``append`` that serializes, then calls either."""
         config = self._meta.config
         writer = self.writer
+        general = Log.append.__get__(self)
+        append = general
         if (
             writer is not None
             and writer.plain_single
             and writer.plain_fs
+            and writer.config.sync != "always"  # (it publishes after the fsync: the general path)
             and config.compression == "none"
             and self._wall_clock
             and not self._closed
         ):
-            general = Log.append.__get__(self)
             plain = build_plain_append(writer, config.max_record_bytes, general)
-            self.append = functools.update_wrapper(plain, general)  # type: ignore[method-assign]
-            self._plain_installed = True
-        else:
+            append = functools.update_wrapper(plain, general)
+        if self.serde.serializes and not self._closed:
+            append = functools.update_wrapper(serializing_append(append, self.serde), general)
+        if append is general:
             self._remove_plain_append()
+        else:
+            self.append = append  # type: ignore[method-assign]
+            self._own_append = True
+            self._plain_installed = not self.serde.serializes
 
     def _remove_plain_append(self) -> None:
         # (by attribute, never through self.__dict__: asking for the dict of an instance
         # makes CPython keep its attributes in a real dict from then on, and every attribute
         # load of Log.append's general path measurably slower: 0.1 us per precommit append)
-        if self._plain_installed:
-            self._plain_installed = False
+        self._plain_installed = False
+        if self._own_append:
+            self._own_append = False
             del self.append
 
     @property
@@ -378,10 +414,22 @@ class Log:
             return head.end_offset
         if self.writer is not None:
             return self.writer.end_offset
-        last = 0
-        for batch in iter_batches(self.directory, self._first_base(), None):
-            last = batch.next_offset
-        return max(last, self.start_offset)
+        return self._recovered_end()
+
+    def _recovered_end(self) -> int:
+        """The end offset when no live writer stands behind a head (there is none yet, or
+        only one from before a power loss or reboot): where the next writer's recovery will
+        start new offsets, past the valid data of the newest segment, the last head's end
+        offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
+        bases = list_segments(self.directory)
+        last = max(self.start_offset, bases[-1] if bases else 0)
+        if bases:
+            for batch in iter_batches(self.directory, bases[-1], None):
+                last = max(last, batch.next_offset)
+        stale = read_log_head(self.directory, any_boot=True)
+        return max(
+            [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
+        )
 
     @property
     def start_offset(self) -> int:
@@ -469,10 +517,12 @@ class Log:
         segment); returns the range of offsets assigned, consecutive and in order.
 
         ``timestamp_ms`` stamps every record alike; ``timestamps_ms`` and ``headers`` give one
-        per record instead.
+        per record instead. Keys and values are serialized as :meth:`append` does.
         """
         self._writable()
         items = records if isinstance(records, list | tuple) else list(records)
+        if self.serde.serializes:
+            items = self.serde.dump_pairs(items)
         if not items:
             end = self.end_offset
             return range(end, end)
@@ -579,7 +629,16 @@ class Log:
         """Make every append so far visible to readers and durable (all sync policies)."""
         writer = self._writable()
         writer.materialize()
-        writer.sync_all()
+        writer.sync_all(record_point=True)
+
+    async def flush_async(self) -> None:
+        """:meth:`flush` from a coroutine: every append so far is durable (as with
+        ``sync="always"``) when this returns. The ``fsync`` runs in the event loop's default
+        executor, so the loop keeps serving other tasks meanwhile."""
+        import asyncio
+
+        self._writable()
+        await asyncio.get_running_loop().run_in_executor(None, self.flush)
 
     # -- reading -----------------------------------------------------------------------
     def read_batches(
@@ -594,11 +653,13 @@ class Log:
         stop = self.end_offset if end is None else end
         return iter_batches(self.directory, first, stop)
 
-    def read(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
-        """Records with offsets in ``[start, end)`` in offset order."""
-        return itertools.chain.from_iterable(
-            map(RecordBatch.records, self.read_batches(start, end))
-        )
+    def read(
+        self, start: int | None = None, end: int | None = None, *, raw: bool = False
+    ) -> Iterator[Record]:
+        """Records with offsets in ``[start, end)`` in offset order, keys and values
+        deserialized (``raw=True``: as stored, bytes)."""
+        convert = RecordBatch.records if raw else self.serde.records
+        return itertools.chain.from_iterable(map(convert, self.read_batches(start, end)))
 
     def get_segments(self) -> list[int]:
         return list_segments(self.directory)
@@ -646,17 +707,18 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
-    def subscribe(self, name: str, *, start: int | None = None) -> Subscriber:
+    def subscribe(self, name: str, *, start: int | None = None, raw: bool = False) -> Subscriber:
         """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
 
         A durable name has one consumer at a time in all processes and threads: while one
         is open, this raises :class:`SubscriberBusyError` naming the holder's pid.
-        :meth:`close` closes every subscriber made here.
+        :meth:`close` closes every subscriber made here. Its ``poll`` deserializes keys and
+        values as :meth:`read` does (``raw=True``: bytes).
         """
         from .subscriber import Subscriber
 
         self._check_open()
-        subscriber = Subscriber(self, name, start=start)
+        subscriber = Subscriber(self, name, start=start, serde=RAW if raw else self.serde)
         self._subscribers.add(subscriber)
         if self._closed:  # close() ran in another thread meanwhile and missed this one
             subscriber.close()
@@ -689,12 +751,14 @@ class Log:
         self._writable()
         return compact_log(self, force=force, now_ms=now_ms, progress=progress)
 
-    def latest(self, as_of: int | None = None) -> Iterator[Record]:
-        """The latest non-tombstone record of every key among offsets below ``as_of``."""
-        from .latest import latest_records
+    def latest(self, as_of: int | None = None, *, raw: bool = False) -> Iterator[Record]:
+        """The latest non-tombstone record of every key among offsets below ``as_of``, keys
+        and values deserialized (``raw=True``: bytes)."""
+        from .latest import latest_batches
 
         self._check_open()
-        return latest_records(self, as_of)
+        convert = RecordBatch.records if raw else self.serde.records
+        return itertools.chain.from_iterable(map(convert, latest_batches(self, as_of)))
 
     def latest_batches(self, as_of: int | None = None) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""

@@ -83,10 +83,12 @@ def test_per_process_settings_apply_to_this_open_only(log_dir):
         assert (log.config.sync, log.config.batch_records) == ("interval", 1000)  # not stored
 
 
-def test_per_process_settings_are_not_stored_at_creation_either(log_dir):
+def test_per_process_settings_given_at_creation_become_the_defaults(log_dir):
     compactlog.open(log_dir, sync="always", segment_bytes=4096).close()
     meta = json.loads((log_dir / "meta").read_bytes())
-    assert (meta["config"]["sync"], meta["config"]["segment_bytes"]) == ("interval", 4096)
+    assert (meta["config"]["sync"], meta["config"]["segment_bytes"]) == ("always", 4096)
+    with compactlog.open(log_dir) as log:
+        assert log.writer.config.sync == "always"
 
 
 def test_update_config_stores_a_per_process_default(log_dir):
