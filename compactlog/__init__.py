@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .recovery import RepairReport, repair
     from .snapshot import Snapshot
     from .subscriber import Subscriber
+    from .table import Table
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
@@ -58,6 +59,7 @@ _LAZY = {
     "Subscriber": ("subscriber", "Subscriber"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
+    "Table": ("table", "Table"),
     "repair": ("recovery", "repair"),
 }
 
@@ -99,6 +101,7 @@ __all__ = [
     "Subscriber",
     "SubscriberBusyError",
     "SubscriberError",
+    "Table",
     "UnsafeChangeError",
     "WriteRefusedError",
     "open",

@@ -27,6 +27,11 @@ class UnsafeChangeError(ConfigError):
     writer would not see (``config.check_change`` says which and why)."""
 
 
+class InexactReadError(ConfigError):
+    """A state asked for as of an offset below the cleaner point: compaction may have
+    removed records of that state (``Log.latest(as_of=)``, Spark's ``asOfOffset``)."""
+
+
 class InvalidRecordError(CompactLogError, TypeError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
 

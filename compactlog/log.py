@@ -751,21 +751,36 @@ class Log:
         self._writable()
         return compact_log(self, force=force, now_ms=now_ms, progress=progress)
 
-    def latest(self, as_of: int | None = None, *, raw: bool = False) -> Iterator[Record]:
+    def latest(
+        self, as_of: int | None = None, *, allow_inexact: bool = False, raw: bool = False
+    ) -> Iterator[Record]:
         """The latest non-tombstone record of every key among offsets below ``as_of``, keys
-        and values deserialized (``raw=True``: bytes)."""
+        and values deserialized (``raw=True``: bytes). ``as_of`` below the cleaner point
+        raises ``InexactReadError`` (naming the lowest exact offset) unless
+        ``allow_inexact`` (``compactlog.latest.check_exact``)."""
         from .latest import latest_batches
 
         self._check_open()
         convert = RecordBatch.records if raw else self.serde.records
-        return itertools.chain.from_iterable(map(convert, latest_batches(self, as_of)))
+        batches = latest_batches(self, as_of, allow_inexact=allow_inexact)
+        return itertools.chain.from_iterable(map(convert, batches))
 
-    def latest_batches(self, as_of: int | None = None) -> Iterator[RecordBatch]:
+    def latest_batches(
+        self, as_of: int | None = None, *, allow_inexact: bool = False
+    ) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
         from .latest import latest_batches
 
         self._check_open()
-        return latest_batches(self, as_of)
+        return latest_batches(self, as_of, allow_inexact=allow_inexact)
+
+    def table(self, **options: Any) -> Any:
+        """The latest state as a live mapping that follows this log's appends (from any
+        process): a :class:`compactlog.table.Table`; see it for ``options``."""
+        from .table import Table
+
+        self._check_open()
+        return Table(self.directory, **options)
 
     # -- snapshots ---------------------------------------------------------------------
     def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:

@@ -176,7 +176,7 @@ def recover_on_open(log: Log) -> list[str]:
         )
     writer.precommit_recovered = 0
     # 7.
-    if head is not None and not _closed_cleanly(directory, head):
+    if not _closed_cleanly(directory, head):
         _keep_offsets_unique(log, head, report)
     writer.awaiting_recovery = False
     writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)
@@ -243,7 +243,7 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     )
 
 
-def _keep_offsets_unique(log: Log, head: Head, report: list[str]) -> None:
+def _keep_offsets_unique(log: Log, head: Head | None, report: list[str]) -> None:
     """Pass 7 after a crash: never hand out an offset twice.
 
     Records past the sync point may be gone after a power loss, yet readers may have seen
@@ -257,7 +257,8 @@ def _keep_offsets_unique(log: Log, head: Head, report: list[str]) -> None:
 
     writer = log.writer
     assert writer is not None
-    target = max([head.end_offset, *list_checkpoints(log.directory).values()])
+    published = head.end_offset if head is not None else 0
+    target = max([published, *list_checkpoints(log.directory).values()])
     if target <= writer.end_offset:
         return
     lost_from = writer.end_offset

@@ -273,10 +273,15 @@ class SegmentReader:
             raise MissingSegmentError("segment file vanished", path=self.path, position=0) from None
         # the newest segment may have no header yet: a roll between creating the file and
         # writing it, or a power loss that kept the file but not its never-synced bytes
-        self.empty = last_segment and is_unwritten_header(read_all(self.fd, 0, HEADER_SIZE))
+        header = read_all(self.fd, 0, HEADER_SIZE)
+        self.empty = (
+            last_segment
+            and header != SEGMENT_FILE_HEADER
+            and unsynced_header(header, unsynced_from(directory, base))
+        )
         if not self.empty:
             try:
-                check_segment_header(self.path, read_all(self.fd, 0, HEADER_SIZE))
+                check_segment_header(self.path, header)
             except BaseException:
                 self.close()
                 raise
@@ -444,12 +449,14 @@ class SegmentReader:
         raise CorruptLogError(reason + detail, path=self.path, position=pos)
 
 
-def is_unwritten_header(header: bytes) -> bool:
-    """Whether a newest segment's first bytes are a header not written yet: missing, cut
-    short, or all zeros."""
-    return (len(header) < HEADER_SIZE and header == SEGMENT_FILE_HEADER[: len(header)]) or (
-        not any(header)
-    )
+def unsynced_header(header: bytes, unsynced_from: int) -> bool:
+    """Whether a newest segment's first bytes are a file header not written yet: missing or
+    cut short (a roll between creating the file and writing its header), or, when nothing
+    of the file is known to be on disk (``unsynced_from`` 0, see :func:`unsynced_from`),
+    anything without the segment magic (a power loss kept the file but not its header)."""
+    if len(header) < HEADER_SIZE and header == SEGMENT_FILE_HEADER[: len(header)]:
+        return True
+    return unsynced_from == 0 and header[: len(SEGMENT_MAGIC)] != SEGMENT_MAGIC
 
 
 def unsynced_from(directory: str, base: int) -> int:

@@ -78,6 +78,7 @@ from .errors import (
 )
 from .format import (
     BATCH_HEADER,
+    SEGMENT_FILE_HEADER,
     Record,
     RecordBatch,
     check_batch,
@@ -100,7 +101,6 @@ from .segment import (
     RUN_BYTES,
     SegmentReader,
     check_segment_header,
-    is_unwritten_header,
     list_segments,
     lookup_position,
     read_all,
@@ -108,6 +108,7 @@ from .segment import (
     segment_data_size,
     segment_path,
     unsynced_from,
+    unsynced_header,
 )
 from .serde import RAW, Serde
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
@@ -1040,7 +1041,11 @@ class Subscriber:
                 continue
             try:
                 header = read_all(fd, 0, HEADER_SIZE)
-                if base == bases[-1] and is_unwritten_header(header):
+                if (
+                    base == bases[-1]
+                    and header != SEGMENT_FILE_HEADER
+                    and unsynced_header(header, unsynced_from(self.directory, base))
+                ):
                     os.close(fd)
                     return None  # a newest segment whose header is not written (yet)
                 check_segment_header(segment_path(self.directory, base), header)

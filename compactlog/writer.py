@@ -555,20 +555,16 @@ class SegmentWriter:
 
     def _check_newest_header(self, fd: int, path: str, cut_from: int | None) -> int:
         """The newest segment's size once its file header is whole: a header cut short by a
-        death during its creation (or, with ``cut_from`` 0, missing or all zeros after a
-        power loss: the whole file was never synced) is written anew, and the file is then
-        empty; any other damage is refused."""
-        from .errors import NotALogError
-        from .segment import check_segment_header
+        death during its creation (or, with ``cut_from`` 0, anything but a whole header after
+        a power loss: nothing of the file was ever synced) is written anew, and the file is
+        then empty; any other damage is refused."""
+        from .segment import check_segment_header, unsynced_header
 
         size = os.fstat(fd).st_size
         header = read_all(fd, 0, min(size, HEADER_SIZE))
-        unsynced = cut_from == 0 and not any(header)
-        if size >= HEADER_SIZE and not unsynced:
+        if header == SEGMENT_FILE_HEADER or not unsynced_header(header, 1 if cut_from else 0):
             check_segment_header(path, header)
             return size
-        if not unsynced and header != SEGMENT_FILE_HEADER[: len(header)]:
-            raise NotALogError("segment file header is damaged", path=path)
         if size > HEADER_SIZE and not only_zeros(read_all(fd, HEADER_SIZE, size - HEADER_SIZE)):
             self._report_cut(path, 0, size)
         self.fs.pwrite(fd, SEGMENT_FILE_HEADER, 0)

@@ -32,7 +32,7 @@ import compactlog
 from compactlog import filenames
 
 from .models import CrashState
-from .workloads import LOG, PROBE, SCRATCH, Promise, Workload
+from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, reboot
 
 Read = list[tuple[int, bytes, bytes | None]]
 BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')  # a repr of bytes
@@ -57,6 +57,7 @@ class CheckFailed(Exception):
 def check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
     """Every failure of ``state`` given what was promised when power was lost."""
     failures: list[Failure] = []
+    reboot()  # the power loss: heads stored before it are stale (compactlog.head.BOOT)
     with _copy(state) as root:
         failures += _run(
             "read-only", root, lambda found: _check_read_only(root, promise, workload, found)
@@ -176,7 +177,7 @@ def _check_log(
     except CheckFailed as failed:
         found.append(failed)
     else:  # (records lost imply a low end offset: said once)
-        if end < promise.first_offset + promise.acked:
+        if end < acked_end(promise):
             found.append(
                 CheckFailed(
                     "end offset below the acknowledged records",
@@ -193,10 +194,9 @@ def _check_log(
                     f"subscriber {name!r} checkpoint {offset} is past the end offset {end}",
                 )
             )
-    acked_end = promise.first_offset + promise.acked
     for name, offset in dict(promise.commits).items():  # (the last commit of each)
         # a commit past the acknowledged records may come back to them: those may be lost
-        if durable.get(name, -1) < min(offset, acked_end):
+        if durable.get(name, -1) < min(offset, acked_end(promise)):
             found.append(
                 CheckFailed(
                     "a returned commit was lost",
@@ -220,7 +220,7 @@ def _check_suffix(got: Read, promise: Promise) -> None:
     nothing at all when retention removed every record)."""
     if not got:
         return
-    start = got[0][0] - promise.first_offset
+    start = index_of(promise, got[0][0])
     _check_run(got, promise, start)
     if start + len(got) < promise.acked:
         raise CheckFailed(
@@ -230,13 +230,13 @@ def _check_suffix(got: Read, promise: Promise) -> None:
 
 
 def _check_run(got: Read, promise: Promise, start: int) -> None:
-    first, written = promise.first_offset, promise.written
+    written = promise.written
     for i, (offset, key, value) in enumerate(got):
         j = start + i
-        if offset != first + j:
+        if offset != offset_of(promise, j):
             raise CheckFailed(
                 "records out of order or with a hole",
-                f"record {i} read has offset {offset}, expected {first + j} "
+                f"record {i} read has offset {offset}, expected {offset_of(promise, j)} "
                 f"(offsets read: {_offsets(got)})",
             )
         if j >= len(written) or (key, value) != written[j]:
@@ -249,10 +249,10 @@ def _check_run(got: Read, promise: Promise, start: int) -> None:
 def _check_latest(got: Read, promise: Promise) -> None:
     """After compaction: records written, in increasing offsets, with every key's latest
     acknowledged record."""
-    first, written = promise.first_offset, promise.written
+    written = promise.written
     previous = -1
     for offset, key, value in got:
-        j = offset - first
+        j = index_of(promise, offset)
         if offset <= previous:
             raise CheckFailed("records out of order", f"offset {offset} read after {previous}")
         if not 0 <= j < len(written) or (key, value) != written[j]:
@@ -261,7 +261,9 @@ def _check_latest(got: Read, promise: Promise) -> None:
                 f"offset {offset} reads {key!r}={value!r:.40}",
             )
         previous = offset
-    latest = {key: first + j for j, (key, _value) in enumerate(written[: promise.acked])}
+    latest = {
+        key: offset_of(promise, j) for j, (key, _value) in enumerate(written[: promise.acked])
+    }
     present = {offset for offset, _key, _value in got}
     missing = sorted(offset for offset in latest.values() if offset not in present)
     if missing:
@@ -271,12 +273,38 @@ def _check_latest(got: Read, promise: Promise) -> None:
         )
 
 
+def offset_of(promise: Promise, j: int) -> int:
+    """The offset of ``written[j]`` (for ``j == len(written)``, the one after the last)."""
+    if not promise.offsets:
+        return promise.first_offset + j
+    if j < len(promise.offsets):
+        return promise.offsets[j]
+    return (promise.offsets[-1] + 1 + j - len(promise.offsets)) if promise.offsets else j
+
+
+def acked_end(promise: Promise) -> int:
+    """The offset just past the last acknowledged record."""
+    if not promise.acked:
+        return promise.first_offset
+    return offset_of(promise, promise.acked - 1) + 1
+
+
+def index_of(promise: Promise, offset: int) -> int:
+    """The index into ``written`` of the record at ``offset`` (-1 if none was written there)."""
+    if not promise.offsets:
+        return offset - promise.first_offset
+    for j, at in enumerate(promise.offsets):
+        if at >= offset:
+            return j if at == offset else -1
+    return len(promise.offsets) + offset - promise.offsets[-1] - 1
+
+
 def _check_snapshot(path: str, promise: Promise, start: int, end: int) -> None:
     with compactlog.open(path, read_only=True, create=False) as log:
         got = [(r.offset, r.key, r.value) for r in log.read()]
     want = [
-        (promise.first_offset + j, *promise.written[j])
-        for j in range(start - promise.first_offset, end - promise.first_offset)
+        (offset_of(promise, j), *promise.written[j])
+        for j in range(index_of(promise, start), index_of(promise, end))
     ]
     if got != want:
         raise CheckFailed(

@@ -62,6 +62,7 @@ def save(failed: FailedState) -> Path:
         "promise": {
             "first_offset": promise.first_offset,
             "acked": promise.acked,
+            "offsets": list(promise.offsets),
             "written": [[_b64(k), None if v is None else _b64(v)] for k, v in promise.written],
             "commits": [list(c) for c in promise.commits],
             "snapshots": [list(s) for s in promise.snapshots],
@@ -91,6 +92,7 @@ def load(path: str | os.PathLike[str]) -> Regression:
         written=tuple((_bytes(k), None if v is None else _bytes(v)) for k, v in raw["written"]),
         first_offset=raw["first_offset"],
         acked=raw["acked"],
+        offsets=tuple(raw.get("offsets", ())),
         commits=tuple((name, offset) for name, offset in raw["commits"]),
         snapshots=tuple((p, start, end) for p, start, end in raw["snapshots"]),
     )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import compactlog
+from compactlog.head import BOOT
 
 from .models import MODELS, CrashState, ordered_with_new
 from .recorder import SYNC_CALLS, Recorder, Recording
@@ -57,6 +58,9 @@ class Promise:
     written: tuple[Record, ...] = ()  # every record the workload appends, in offset order
     first_offset: int = 0  # the offset of written[0]
     acked: int = 0  # written[:acked] are acknowledged
+    # the offset of each of written, when they are not first_offset + index: after a power
+    # loss recovery starts new offsets past those lost records had (a gap)
+    offsets: tuple[int, ...] = ()
     commits: tuple[tuple[str, int], ...] = ()  # (subscriber, offset) of returned commits
     snapshots: tuple[tuple[str, int, int], ...] = ()  # (path, start, end) of returned ones
 
@@ -89,8 +93,10 @@ class Session:
         self.promise = dataclasses.replace(self.promise, **changes)
         self.recorder.progress = self.promise
 
-    def expect(self, records: list[Record], first_offset: int = 0) -> None:
-        self._promise(written=tuple(records), first_offset=first_offset)
+    def expect(
+        self, records: list[Record], first_offset: int = 0, offsets: tuple[int, ...] = ()
+    ) -> None:
+        self._promise(written=tuple(records), first_offset=first_offset, offsets=offsets)
 
     def ack(self, count: int) -> None:
         """``written[:count]`` are acknowledged."""
@@ -380,21 +386,31 @@ def _second_run(session: Session, state: CrashState, promise: Promise, *, size: 
     """Materialize crash state A, then open it writable, append three records of ``size``
     bytes under ``sync="always"`` and close, recorded."""
     state.materialize(session.root)
-    present = _end_after_open(state)  # where the recorded open will append
-    written = list(promise.written[:present]) + records(present + 3, size=size)[present:]
-    session.expect(written)
+    reboot()  # the power loss
+    kept, end = _after_open(state)  # the records recovered, and where new ones will go
+    written = list(promise.written[:kept]) + records(kept + 3, size=size)[kept:]
+    # (offsets lost records had are skipped: recovery starts new ones at ``end``)
+    offsets = (*range(kept), *range(end, end + 3))
+    session.expect(written, offsets=offsets)
     session.ack(promise.acked)
     with session.recording(), compactlog.open(session.log, sync="always") as log:
-        _append(session, log, written, present, "always", 1, 1)
+        _append(session, log, written, kept, "always", 1, 1)
 
 
-def _end_after_open(state: CrashState) -> int:
-    """The end offset a writable open of ``state`` finds (on a copy)."""
+def reboot() -> None:
+    """A power loss is a reboot: a new boot id, so that heads stored before it are stale
+    (``compactlog.head.BOOT``)."""
+    BOOT.id = os.urandom(16)
+
+
+def _after_open(state: CrashState) -> tuple[int, int]:
+    """How many records a writable open of ``state`` recovers, and its end offset (on a
+    copy)."""
     root = tempfile.mkdtemp(prefix="powerloss-a-", dir=SCRATCH)
     try:
         state.materialize(root)
         with compactlog.open(os.path.join(root, LOG), create=False) as log:
-            return log.end_offset
+            return sum(1 for _ in log.read()), log.end_offset
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
