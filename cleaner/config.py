@@ -34,8 +34,9 @@ pipeline says exactly what to fix. The file layout (every key optional)::
     match = "orders-*"                 # fnmatch against the log's name or its path
     min_cleanable_dirty_ratio = 0.2
 
-Overrides are written into the log's stored config (its ``meta``) once, when they differ:
-the cleaning pass reads its settings from there, as every other tool does.
+Overrides apply to the service's own passes and are never written into a log's ``meta``;
+each is checked against the log's stored config by the rules of ``compactlog config set``
+(``overrides.py``).
 """
 
 from __future__ import annotations

@@ -154,15 +154,22 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or bad usage (2)
         return int(exit_.code or 0)
+    from .preflight import check as check_directories
+
     try:
         config = load_config(args)
+        warnings = check_directories(config, once=args.once)
     except CleanerConfigError as error:
         print(f"compactlog-cleaner: configuration error: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.check:
+        for warning in warnings:
+            print(f"compactlog-cleaner: warning: {warning}", file=sys.stderr)
         print(f"compactlog-cleaner: configuration OK ({config.source})")
         return EXIT_OK
     setup_logging(config)
+    for warning in warnings:
+        logger.warning(warning, extra={"event": "root_without_logs"})
     return serve(config, once=args.once, force=args.force)
 
 

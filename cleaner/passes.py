@@ -81,8 +81,10 @@ def run_pass(
     should_abort: Callable[[], bool],
     throttler: Throttler,
     progress: Callable[[int, int], None] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> PassOutcome:
-    """One ``compact_log`` call on ``ref`` (see the module docstring for how it opens)."""
+    """One ``compact_log`` call on ``ref`` (see the module docstring for how it opens), with
+    the service's override ``settings`` for this pass (``overrides.py``; never stored)."""
     started = time.monotonic()
     outcome = PassOutcome(ref, "failed", forced=force)
     try:
@@ -94,6 +96,7 @@ def run_pass(
                 now_ms=now_ms,
                 should_abort=should_abort,
                 throttler=throttler,
+                settings=settings or None,
                 **progress_kwargs(progress),
             )
         finally:
@@ -123,18 +126,3 @@ def _describe(error: BaseException) -> str:
         where = f"{error.filename}: " if error.filename else ""
         return f"{type(error).__name__}: {where}{error.strerror or error}"
     return f"{type(error).__name__}: {error}"
-
-
-def apply_overrides(ref: LogRef, current: Any, settings: dict[str, Any]) -> bool:
-    """Write override settings into the log's stored config when they differ.
-
-    Uses the library's own merge-on-open (validated, persisted under the writers' lock).
-    Returns whether anything changed.
-    """
-    if not settings or current is None:
-        return False
-    if all(getattr(current, key) == value for key, value in settings.items()):
-        return False
-    with compactlog.open(ref.path, create=False, **settings):
-        pass
-    return True

@@ -23,10 +23,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from compactlog.errors import CompactLogError
+
+from . import overrides
 from .config import ServiceConfig
 from .discovery import LogFacts, LogRef, discover, probe
 from .metrics import Metrics
-from .passes import PassOutcome, apply_overrides, needs_writer, run_pass
+from .passes import PassOutcome, needs_writer, run_pass
 from .ranking import Candidate, Queue, judge
 from .state import STATE_VERSION, write_state
 from .throttle import SharedThrottle
@@ -182,17 +185,12 @@ class Cleaner:
 
     def _probe(self, ref: LogRef, now_ms: int) -> LogFacts:
         facts = probe(ref, now_ms)
-        settings = self.config.overrides_for(ref.name, ref.path)
-        if facts.error is None and settings:
-            try:
-                if apply_overrides(ref, facts.config, settings):
-                    logger.info(
-                        f"applied overrides to {ref.name}: {settings}",
-                        extra={"event": "override", "log": ref.name, "settings": settings},
-                    )
-                    facts = probe(ref, now_ms)
-            except Exception as error:  # a log we cannot open for writing: report, go on
-                facts.error = f"cannot apply overrides: {error}"
+        if facts.error is None and facts.config is not None and self.config.overrides:
+            try:  # judged as the pass will run it: stored config, overrides on top
+                settings = overrides.settings_for(self.config, ref, facts.config)
+                facts = overrides.apply(facts, settings, now_ms)
+            except (CompactLogError, OSError) as error:  # a refused rule: report, skip the log
+                facts.error = str(error)
         with self._lock:
             status = self.logs[ref.path]
             status.facts = facts
@@ -266,6 +264,7 @@ class Cleaner:
                 should_abort=self.stop.is_set,
                 throttler=throttler,
                 progress=progress,
+                settings=self.config.overrides_for(ref.name, ref.path),
             )
         except Exception as error:  # a bug, not a log problem: report it, keep serving
             logger.exception(f"unexpected error cleaning {ref.name}")

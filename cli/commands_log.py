@@ -8,51 +8,17 @@ from typing import Any
 import click
 
 from .common import (
+    busy_description,
     force_option,
     json_option,
     log_dir,
     open_beside_writers,
-    open_for_change,
     open_read_only,
     parse_assignments,
     path_argument,
     writer_holders,
 )
 from .output import CliError, UsageProblem, emit_json, human_bytes, print_fields, print_table
-
-# Config changes refused by ``config set``, with the reason shown to the operator.
-UNSAFE_CHANGES = {
-    "cleanup_policy": (
-        "changing the cleanup policy changes which records may be deleted: a compacted log "
-        "may hold records retention would now remove, and a delete/consumed log may hold "
-        "records without keys that compaction cannot handle; create a new log and copy"
-    ),
-}
-
-# Settings a writer reads once, when it opens the log, and keeps until it reopens it:
-# changing one under a live writer would leave that writer on the old value while the
-# stored config claims the new one. ``config set`` refuses these while a writer has the log
-# open (unless --force), with the reason. Every other setting (retention, the cleaner's
-# ratios, lags and buffers) is read afresh by each compaction pass and retention run, so
-# changing it beside live writers is safe.
-WRITER_CACHED = {
-    "segment_bytes": "writers roll segments at the size they read when they opened the log",
-    "segment_ms": "writers roll segments by the age they read when they opened the log",
-    "index_interval_bytes": "writers index their segments at the interval they read at open",
-    "max_record_bytes": (
-        "writers check record sizes against the limit they read at open, so a lowered limit "
-        "would not stop them"
-    ),
-    "compression": "writers compress new batches with the codec they read at open",
-    "compression_level": "writers compress new batches at the level they read at open",
-    "sync": (
-        "writers keep the sync policy they read at open, so the log would be less (or more) "
-        "durable than the stored config says"
-    ),
-    "sync_interval_ms": "writers keep the fsync interval they read at open",
-    "precommit_bytes": "writers size their precommit buffer when they open the log",
-    "min_free_bytes": "writers check free disk space against the limit they read at open",
-}
 
 
 @click.command()
@@ -220,11 +186,13 @@ def config_get(path: str, names: tuple[str, ...], as_json: bool) -> None:
 def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Change settings stored in the log (safe changes only).
 
-    Changes that could lose or strand data are refused with the reason (cleanup_policy;
-    precommit_bytes while a precommit buffer is pending). Retention and cleaner settings
-    (retention_ms, retention_bytes, min_cleanable_dirty_ratio, *_compaction_lag_ms,
-    delete_retention_ms, cleaner_*) can change while writers run: every compaction pass and
-    retention run reads them afresh. Settings writers read once when they open the log
+    The same rules as the library's open(..., update_config=True) and the cleaner
+    service's overrides. Changes that could lose or strand data are refused with the reason
+    (cleanup_policy; precommit_bytes while a precommit buffer is pending). Retention and
+    cleaner settings (retention_ms, retention_bytes, min_cleanable_dirty_ratio,
+    *_compaction_lag_ms, delete_retention_ms, cleaner_*) can change while writers run:
+    every compaction pass and retention run reads them afresh. Settings writers read once
+    when they open the log
     (segment_bytes, segment_ms, index_interval_bytes, max_record_bytes, compression,
     compression_level, sync, sync_interval_ms, precommit_bytes, min_free_bytes) are
     refused while a writer has the log open, naming it and the reason; --force stores
@@ -236,34 +204,23 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
       compactlog config set ./log segment_bytes=128MiB compression=zstd
       compactlog config set ./log retention_bytes=none --json
     """
-    from compactlog.head import read_log_head
+    from compactlog.config import check_change
+    from compactlog.errors import UnsafeChangeError
 
     directory = log_dir(path)
     changes = parse_assignments(assignments)
     with open_read_only(directory) as log:
         before = log.config.to_dict()
-    for name, value in changes.items():
-        if name in UNSAFE_CHANGES and value != before[name]:
-            raise CliError(f"refusing to change {name}: {UNSAFE_CHANGES[name]}", path=directory)
-    if "precommit_bytes" in changes and changes["precommit_bytes"] != before["precommit_bytes"]:
-        head = read_log_head(directory)
-        if head is not None and head.precommit_pending:
-            raise CliError(
-                "refusing to change precommit_bytes while the precommit buffer holds pending "
-                "records; let a writer open and flush the log first",
-                path=directory,
+        check_change(log.config, changes, path=directory)  # bad values: usage, before opening
+    live = "" if force else busy_description(directory)  # (before this process opens it)
+    try:
+        with open_beside_writers(directory) as log:
+            stored = log.store_config(
+                changes, live_writers=live, remedy="stop the writer first or pass --force"
             )
-    cached = [n for n in changes if n in WRITER_CACHED and changes[n] != before[n]]
-    why = (
-        f"writers read {', '.join(cached)} only when they open the log, so a running writer "
-        f"would keep the old value ({'; '.join(f'{n}: {WRITER_CACHED[n]}' for n in cached)})"
-    )
-    if cached:
-        with open_for_change(directory, force=force, why=why, **changes) as log:
-            after = log.config.to_dict()
-    else:
-        with open_beside_writers(directory, **changes) as log:
-            after = log.config.to_dict()
+    except UnsafeChangeError as error:
+        raise CliError(str(error)) from None
+    after = stored.to_dict()
     changed = {n: {"old": before[n], "new": after[n]} for n in changes}
     if as_json:
         emit_json({"path": directory, "changed": changed, "config": after})

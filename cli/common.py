@@ -104,23 +104,14 @@ def open_read_only(path: str) -> Any:
     return compactlog.open(log_dir(path), create=False, read_only=True)
 
 
-def open_beside_writers(path: str, **config: Any) -> Any:
+def open_beside_writers(path: str) -> Any:
     """Open for writing without asking who else has the log open: for changes the library
-    makes safe beside live writers (compaction, retention, config read afresh per pass).
-    Opening takes the writers' lock only for the moment it reads (and merges) ``meta``."""
+    makes safe beside live writers (compaction, retention, config changes through
+    ``Log.store_config``). Opening takes the writers' lock only for the moment it reads
+    ``meta``."""
     import compactlog
 
-    return compactlog.open(log_dir(path), create=False, **config)
-
-
-def open_for_change(path: str, *, force: bool, why: str, **config: Any) -> Any:
-    """Open for writing after checking that no writer is live (unless ``force``); ``why``
-    says what a live writer would make unsafe."""
-    import compactlog
-
-    directory = log_dir(path)
-    refuse_if_busy(directory, force=force, why=why)
-    return compactlog.open(directory, create=False, **config)
+    return compactlog.open(log_dir(path), create=False)
 
 
 # -- who holds the log ---------------------------------------------------------------------
@@ -249,18 +240,22 @@ def writer_holders(directory: str) -> list[Holder]:
     return holders
 
 
+def busy_description(directory: str) -> str:
+    """The writers that have the log open, as an error message names them; empty if none."""
+    holders = writer_holders(directory)
+    if not holders:
+        return ""
+    if len(holders) == 1 and holders[0].pid == 0:
+        return "another process holds the writers' lock"
+    return "; ".join(h.describe() for h in holders)
+
+
 def refuse_if_busy(directory: str, *, force: bool, why: str) -> None:
     """Exit 1 when a writer has the log (unless ``force``), naming who and ``why`` that is
     unsafe."""
-    if force:
+    who = "" if force else busy_description(directory)
+    if not who:
         return
-    holders = writer_holders(directory)
-    if not holders:
-        return
-    if len(holders) == 1 and holders[0].pid == 0:
-        who = "another process holds the writers' lock"
-    else:
-        who = "; ".join(h.describe() for h in holders)
     raise CliError(
         f"refusing while a writer has the log open ({who}): {why}; stop the writer first or "
         "pass --force",

@@ -34,21 +34,29 @@ from .errors import (
     RecordTooLargeError,
     SubscriberBusyError,
     SubscriberError,
+    UnsafeChangeError,
     WriteRefusedError,
 )
 
 if TYPE_CHECKING:
+    from .compaction.stats import CleanerStats
     from .format import FORMAT_VERSION, Record, RecordBatch
-    from .log import Log
+    from .log import Log, SettingIgnoredWarning
     from .log import open_log as open
     from .recovery import RepairReport, repair
+    from .snapshot import Snapshot
+    from .subscriber import Subscriber
     from .table import Table
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
     "Record": ("format", "Record"),
     "RecordBatch": ("format", "RecordBatch"),
+    "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
+    "SettingIgnoredWarning": ("log", "SettingIgnoredWarning"),
+    "Snapshot": ("snapshot", "Snapshot"),
+    "Subscriber": ("subscriber", "Subscriber"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
     "Table": ("table", "Table"),
@@ -68,6 +76,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FORMAT_VERSION",
+    "CleanerStats",
     "CompactLogError",
     "CompactionError",
     "CompactionWriteError",
@@ -87,9 +96,13 @@ __all__ = [
     "RecordBatch",
     "RecordTooLargeError",
     "RepairReport",
+    "SettingIgnoredWarning",
+    "Snapshot",
+    "Subscriber",
     "SubscriberBusyError",
     "SubscriberError",
     "Table",
+    "UnsafeChangeError",
     "WriteRefusedError",
     "open",
     "repair",

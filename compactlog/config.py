@@ -1,9 +1,17 @@
-"""Log configuration: names, defaults, validation, merging with the stored config.
+"""Log configuration: names, defaults, validation, and the one gate of a stored change.
 
 Names follow Kafka's topic configs in snake_case, plus JLog's ``precommit_bytes``, workq's
-sync policies and Kafka's producer linger (``linger_ms``, ``batch_records``). The config
-given when a log is created is stored in its ``meta`` file; config
-passed on a later open is merged into the stored one and persisted.
+sync policies and Kafka's producer linger (``linger_ms``, ``batch_records``).
+
+Two kinds of setting (``docs/user-guide.md``, sections 3 and 8):
+
+- **stored** settings are properties of the log, kept in its ``meta``: given when the log is
+  created, changed afterwards only through :func:`check_change` (``compactlog config set``,
+  ``open(..., update_config=True)``). An ordinary open never rewrites them.
+- **per-process** settings (:data:`PER_PROCESS`) say how *this* process writes: its fsync
+  policy and in-memory batching. One passed to ``open`` of an existing log applies to that
+  open only; ``meta`` keeps a default for opens that pass none (set when the log is created,
+  or changed like a stored setting).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UnsafeChangeError
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -23,6 +31,46 @@ CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
 COMPRESSIONS = ("none", "zstd")
 SYNC_POLICIES = ("always", "interval", "os")
 SERDE_FORMATS = ("bytes", "str", "json")  # serde.FORMATS (not imported: serde needs format.py)
+
+# How one process writes, not what the log is: each writer fsyncs its own appends by its own
+# policy and holds its own lingering records in memory, so two processes may differ safely.
+# (precommit_bytes is not here: the pre_commit file lives in the log, every writer uses it
+# and the next writer replays it, so its size is the log's.)
+PER_PROCESS = frozenset({"sync", "sync_interval_ms", "linger_ms", "batch_records"})
+
+# Changes refused whatever else holds the log, with the reason shown to the operator.
+UNSAFE_CHANGES = {
+    "cleanup_policy": (
+        "changing the cleanup policy changes which records may be deleted: a compacted log "
+        "may hold records retention would now remove, and a delete/consumed log may hold "
+        "records without keys that compaction cannot handle; create a new log and copy"
+    ),
+}
+
+# Settings a writer reads once, when it opens the log, and keeps until it reopens it:
+# changing one under a live writer would leave that writer on the old value while the
+# stored config claims the new one, so such a change is refused while another writer has the
+# log open. Every other setting (retention, the cleaner's ratios, lags and buffers) is read
+# afresh by each compaction pass and retention run, so changing it beside live writers is
+# safe.
+WRITER_CACHED = {
+    "segment_bytes": "writers roll segments at the size they read when they opened the log",
+    "segment_ms": "writers roll segments by the age they read when they opened the log",
+    "index_interval_bytes": "writers index their segments at the interval they read at open",
+    "max_record_bytes": (
+        "writers check record sizes against the limit they read at open, so a lowered limit "
+        "would not stop them"
+    ),
+    "compression": "writers compress new batches with the codec they read at open",
+    "compression_level": "writers compress new batches at the level they read at open",
+    "sync": (
+        "writers keep the sync policy they read at open, so the log would be less (or more) "
+        "durable than the stored config says"
+    ),
+    "sync_interval_ms": "writers keep the fsync interval they read at open",
+    "precommit_bytes": "writers size their precommit buffer when they open the log",
+    "min_free_bytes": "writers check free disk space against the limit they read at open",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +210,49 @@ def _int(
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+
+
+def check_change(
+    stored: LogConfig,
+    changes: Mapping[str, Any],
+    *,
+    precommit_pending: bool = False,
+    live_writers: str = "",
+    remedy: str = "stop the writer first",
+    path: str | None = None,
+) -> LogConfig:
+    """The stored config with ``changes`` applied, or an error saying why not.
+
+    The one gate of every change to a log's stored settings: ``compactlog config set``,
+    ``open(..., update_config=True)`` and the cleaner service's overrides all call it, so
+    they refuse the same changes with the same words (:class:`UnsafeChangeError`): a setting
+    of :data:`UNSAFE_CHANGES`; ``precommit_bytes`` while the precommit buffer holds pending
+    records (``precommit_pending``); a setting of :data:`WRITER_CACHED` while other writers
+    have the log open (``live_writers`` names them: empty when there are none, or when the
+    caller was told to go ahead anyway; ``remedy`` ends that message). Unknown names and bad
+    values raise :class:`ConfigError` as :meth:`LogConfig.merged` does.
+    """
+    try:
+        merged = stored.merged(changes)
+    except ConfigError as error:
+        raise ConfigError(str(error), path=path) from None
+    differing = [name for name in changes if getattr(merged, name) != getattr(stored, name)]
+    for name in differing:
+        if name in UNSAFE_CHANGES:
+            raise UnsafeChangeError(f"refusing to change {name}: {UNSAFE_CHANGES[name]}", path=path)
+    if "precommit_bytes" in differing and precommit_pending:
+        raise UnsafeChangeError(
+            "refusing to change precommit_bytes while the precommit buffer holds pending "
+            "records; let a writer open and flush the log first",
+            path=path,
+        )
+    cached = [name for name in differing if name in WRITER_CACHED]
+    if cached and live_writers:
+        reasons = "; ".join(f"{name}: {WRITER_CACHED[name]}" for name in cached)
+        raise UnsafeChangeError(
+            f"refusing while a writer has the log open ({live_writers}): writers read "
+            f"{', '.join(cached)} only when they open the log, so a running writer would keep "
+            f"the old value ({reasons}); {remedy}",
+            path=path,
+        )
+    return merged

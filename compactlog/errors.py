@@ -22,6 +22,11 @@ class ConfigError(CompactLogError, ValueError):
     """An unknown configuration name or an impossible value."""
 
 
+class UnsafeChangeError(ConfigError):
+    """A change to a log's stored settings that could lose or strand data, or that a live
+    writer would not see (``config.check_change`` says which and why)."""
+
+
 class InexactReadError(ConfigError):
     """A state asked for as of an offset below the cleaner point: compaction may have
     removed records of that state (``Log.latest(as_of=)``, Spark's ``asOfOffset``)."""

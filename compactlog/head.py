@@ -387,3 +387,20 @@ def release_writer(fd: int, *, exclusive: bool) -> None:
     if exclusive:
         os.ftruncate(fd, 0)  # no stale pid for the next holder's error messages
     os.close(fd)
+
+
+def other_writers(lock_path: str) -> bool:
+    """Whether some open holds ``.writers.lock`` (asked by one that has not registered yet:
+    an exclusive ``flock`` it cannot take means another writable open exists). A moment's
+    answer, as any such check is."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (releases the lock if it was taken)
+    return False

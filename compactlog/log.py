@@ -10,15 +10,18 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from time import time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import filenames, recovery, retention
-from .config import LogConfig
+from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
 from .errors import (
     CompactLogError,
     ConfigError,
@@ -33,6 +36,7 @@ from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, enc
 from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
+    other_writers,
     read_log_head,
     register_writer,
     release_writer,
@@ -46,9 +50,22 @@ from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
 
+if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
+    from .compaction.stats import CleanerStats
+    from .snapshot import Snapshot
+    from .subscriber import Subscriber
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class SettingIgnoredWarning(UserWarning):
+    """A stored setting given to ``open`` with another value than the log stores: the
+    stored one stays (``update_config=True`` or ``compactlog config set`` changes it)."""
+
+
+WAIT_POLL_S = (0.01, 0.25)  # wait=: first and longest pause between looks for ``meta``
 
 
 class Log:
@@ -65,6 +82,22 @@ class Log:
     ``value_format``) or by ``key_serializer``/``value_serializer`` and
     ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
     names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
+
+    Settings (``**config``) come in two groups (``config.PER_PROCESS``; the user guide,
+    sections 3 and 8). *Stored* settings are the log's own: applied when this open creates the
+    log; on an existing log one that differs from the stored value is ignored with a
+    :class:`SettingIgnoredWarning` naming both values, unless ``update_config=True``, which
+    stores them through the checks of ``compactlog config set`` (``config.check_change``:
+    :class:`~compactlog.errors.UnsafeChangeError` when refused). *Per-process* settings
+    (``sync``, ``sync_interval_ms``, ``linger_ms``, ``batch_records``) say how this open
+    writes: on an existing log they apply to this open only, are never stored (unless
+    ``update_config=True``) and never warned about; an open that creates the log stores them
+    as the defaults of opens that pass none.
+
+    ``wait`` (with ``read_only=True`` or ``create=False``): when no log is there yet, wait
+    for one to be created, up to ``wait`` seconds (``True``: for ever), looking for its
+    ``meta`` file at growing intervals of at most 0.25 s; past the deadline
+    :class:`~compactlog.errors.NotALogError` says how long it waited.
     """
 
     def __init__(
@@ -75,6 +108,8 @@ class Log:
         read_only: bool = False,
         exclusive: bool = False,
         clock: Callable[[], int] | None = None,
+        update_config: bool = False,
+        wait: float | bool = False,
         key_serializer: Serializer | str | None = None,
         value_serializer: Serializer | str | None = None,
         key_deserializer: Deserializer | str | None = None,
@@ -95,7 +130,18 @@ class Log:
         self.read_only = read_only
         if exclusive and read_only:
             raise ConfigError("exclusive=True is for writers; a read_only open takes no lock")
+        if update_config and read_only:
+            raise ConfigError(
+                "update_config=True changes stored settings; a read_only open cannot",
+                path=self.directory,
+            )
+        if wait is not False:
+            _wait_for_log(self.directory, wait, create=create, read_only=read_only)
         self.exclusive = exclusive
+        self._update_config = update_config
+        self._live_writers = ""  # who else writes, when update_config must know (see below)
+        # per-process settings for this open only (all of them are stored by update_config)
+        self._process = {} if update_config else {n: config[n] for n in config if n in PER_PROCESS}
         self._writers_fd = -1
         self.clock: Callable[[], int] = clock or wall_clock_ms
         self._wall_clock = clock is None  # append() then reads time_ns() itself
@@ -114,7 +160,7 @@ class Log:
                 self.writer = SegmentWriter(
                     self.directory,
                     self.fs,
-                    self.meta.config,
+                    self.config,
                     self.clock,
                     lambda: self.meta.log_start_offset,
                     exclusive=exclusive,
@@ -138,7 +184,8 @@ class Log:
 
     # -- opening -----------------------------------------------------------------------
     def _load_or_create(self, create: bool, config: Mapping[str, Any]) -> Meta:
-        """Read ``meta``, creating the log or merging ``config`` into it.
+        """Read ``meta``, creating the log with ``config`` or (``update_config``) storing
+        ``config`` in it.
 
         Writers do this holding the writers' lock, so that processes opening one log at
         once neither lose each other's config changes nor create it twice.
@@ -152,6 +199,13 @@ class Log:
         if self.read_only:
             return self._load_or_create_locked(create, config)
         self._refuse_foreign_directory()  # before a lock file is put into it
+        # (asked before this open registers, as it then counts as a writer itself)
+        others = (
+            self._update_config
+            and any(name in WRITER_CACHED for name in config)
+            and other_writers(os.path.join(self.directory, filenames.WRITERS_LOCK))
+        )
+        self._live_writers = "another process has the log open for writing" if others else ""
         # refused at once (never blocked) when an exclusive writer holds the log
         self._writers_fd = register_writer(
             self.directory,
@@ -193,19 +247,26 @@ class Log:
             self._refuse_foreign_directory()
             if not create or self.read_only:
                 raise NotALogError("not a compactlog log (no meta file)", path=self.directory)
+            # per-process settings too: they become the defaults of opens that pass none
             meta = Meta(config=LogConfig.from_mapping(config))
             write_meta(self.fs, self.directory, meta)
             return meta
         meta = read_meta(self.directory)
-        if config:
-            if self.read_only:
-                raise ConfigError(
-                    "config cannot be changed on a read-only open", path=self.directory
-                )
-            merged = meta.config.merged(config)
-            if merged != meta.config:
-                meta.config = merged
-                write_meta(self.fs, self.directory, meta)
+        if self._update_config:
+            return self._store_config_locked(config, self._live_writers, "stop the writer first")
+        wanted = meta.config.merged(config)  # unknown names and bad values are still errors
+        meta.config.merged(self._process)  # what this open works with must be valid as a whole
+        stored = [n for n in config if n not in self._process]
+        ignored = [n for n in stored if getattr(wanted, n) != getattr(meta.config, n)]
+        for name in ignored:
+            warnings.warn(
+                f"{self.directory}: {name}={config[name]!r} ignored: the log stores "
+                f"{name}={getattr(meta.config, name)!r} (settings given to open() apply when "
+                "it creates the log; update_config=True or `compactlog config set` changes "
+                "them)",
+                SettingIgnoredWarning,
+                stacklevel=_caller_stacklevel(),
+            )
         return meta
 
     @property
@@ -216,6 +277,8 @@ class Log:
     @meta.setter
     def meta(self, meta: Meta) -> None:
         self._meta = meta
+        # the stored config with this open's per-process settings (checked once, at open)
+        self._config = replace(meta.config, **self._process) if self._process else meta.config
         if not self._raw:
             config = meta.config
             self.serde = serde_for(
@@ -273,7 +336,9 @@ class Log:
 
     @property
     def config(self) -> LogConfig:
-        return self.meta.config
+        """The settings this open works with: the stored ones (``meta.config``) and this
+        open's per-process settings."""
+        return self._config
 
     @property
     def path(self) -> str:
@@ -288,6 +353,43 @@ class Log:
         if self.writer is None:
             raise ReadOnlyLogError("log was opened read_only", path=self.directory)
         return self.writer
+
+    def store_config(
+        self,
+        changes: Mapping[str, Any],
+        *,
+        live_writers: str = "",
+        remedy: str = "stop the writer first",
+    ) -> LogConfig:
+        """Store ``changes`` to the log's settings through ``config.check_change`` (the
+        rules of ``compactlog config set``, which calls this), under the writers' lock;
+        returns the stored config. An open log cannot see other writers itself (it is one):
+        ``live_writers`` names those the caller found, for the refusal of a setting writers
+        read only at open; ``remedy`` ends that refusal. This open's own writer keeps the
+        settings it opened with: reopen to write with the new ones."""
+        writer = self._writable()
+        with writer.exclusive():
+            return self._store_config_locked(changes, live_writers, remedy).config
+
+    def _store_config_locked(
+        self, changes: Mapping[str, Any], live_writers: str, remedy: str
+    ) -> Meta:
+        """Read ``meta``, check ``changes`` against it, write it if they change it (caller
+        holds the writers' lock)."""
+        meta = read_meta(self.directory)
+        head = read_log_head(self.directory)
+        changed = check_change(
+            meta.config,
+            changes,
+            precommit_pending=bool(head and head.precommit_pending),
+            live_writers=live_writers,
+            remedy=remedy,
+            path=self.directory,
+        )
+        if changed != meta.config:
+            meta.config = changed
+            write_meta(self.fs, self.directory, meta)
+        return meta
 
     def update_meta(self, **changes: Any) -> None:
         """Persist changes to ``meta`` (log start offset, uncleanable reason, config)."""
@@ -589,9 +691,11 @@ class Log:
             self.reload_meta()  # retention settings may have changed since this log opened
             return self._enforce_retention_locked(now)
 
-    def _enforce_retention_locked(self, now: int) -> retention.RetentionResult:
+    def _enforce_retention_locked(
+        self, now: int, config: LogConfig | None = None
+    ) -> retention.RetentionResult:
         """:meth:`enforce_retention` for a caller already holding the cleaner lock
-        (``compact()`` runs it at the end of every pass)."""
+        (``compact()`` runs it at the end of every pass, with the pass's ``config``)."""
         writer = self._writable()
         with writer.exclusive():
             infos = retention.closed_segments(self.directory, self._timestamp_cache)
@@ -600,7 +704,7 @@ class Log:
                 self.directory, active_base, read_log_head(self.directory)
             )
             doomed, reason = retention.select_for_deletion(
-                self.config, infos, total, now, self.subscribers()
+                config or self.config, infos, total, now, self.subscribers()
             )
             removed = retention.delete_segments(
                 self.fs,
@@ -621,7 +725,7 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
-    def subscribe(self, name: str, *, start: int | None = None, raw: bool = False) -> Any:
+    def subscribe(self, name: str, *, start: int | None = None, raw: bool = False) -> Subscriber:
         """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
 
         A durable name has one consumer at a time in all processes and threads: while one
@@ -654,7 +758,7 @@ class Log:
         *,
         now_ms: int | None = None,
         progress: Callable[[Any], None] | None = None,
-    ) -> Any:
+    ) -> CleanerStats:
         """One cleaning pass if due (``force``: regardless of the dirty ratio), then
         retention. Returns the pass's statistics. ``progress`` is called with
         ``compactlog.compaction.CompactionProgress`` events (bytes done and planned, per
@@ -704,7 +808,7 @@ class Log:
         return arrow_table(self.latest_batches(as_of, allow_inexact=allow_inexact))
 
     # -- snapshots ---------------------------------------------------------------------
-    def snapshot(self, dest: str | os.PathLike[str]) -> Any:
+    def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:
         """A consistent point-in-time copy of this log at ``dest`` (hard links for closed
         segments), as of the end offset now; writers and the cleaner keep working. Returns
         a :class:`~compactlog.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
@@ -803,6 +907,42 @@ def _check_timestamp(value: Any) -> int:
     return value
 
 
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside this module
+    (``compactlog.open`` and ``Log`` reach the warning through different depths)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _wait_for_log(directory: str, wait: float | bool, *, create: bool, read_only: bool) -> None:
+    """Return once ``directory`` holds a log (its ``meta``), polling at growing intervals;
+    :class:`NotALogError` when ``wait`` seconds pass first (``True``: no limit)."""
+    if create and not read_only:
+        raise ConfigError("wait= is for read_only=True or create=False opens (this one creates)")
+    if isinstance(wait, bool):
+        limit = None
+    elif isinstance(wait, int | float) and wait >= 0:
+        limit = float(wait)
+    else:
+        raise ConfigError(f"wait must be True, False or a number of seconds >= 0, not {wait!r}")
+    meta = os.path.join(directory, filenames.META)
+    deadline = None if limit is None else time.monotonic() + limit
+    pause, longest = WAIT_POLL_S
+    while not os.path.exists(meta):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise NotALogError(
+                f"no log appeared here within {limit:g} s of waiting (wait={wait!r}): no meta file",
+                path=directory,
+            )
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 2, longest)
+
+
 def open_log(
     path: str | os.PathLike[str],
     *,
@@ -810,7 +950,19 @@ def open_log(
     read_only: bool = False,
     exclusive: bool = False,
     clock: Callable[[], int] | None = None,
+    update_config: bool = False,
+    wait: float | bool = False,
     **config: Any,
 ) -> Log:
-    """Open (or create) the log at ``path``. See :class:`Log`."""
-    return Log(path, create=create, read_only=read_only, exclusive=exclusive, clock=clock, **config)
+    """Open (or create) the log at ``path``. See :class:`Log` for ``update_config``,
+    ``wait`` and the two groups of settings."""
+    return Log(
+        path,
+        create=create,
+        read_only=read_only,
+        exclusive=exclusive,
+        clock=clock,
+        update_config=update_config,
+        wait=wait,
+        **config,
+    )

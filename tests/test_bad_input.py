@@ -302,7 +302,7 @@ def test_appends_are_refused_below_min_free_bytes_and_reads_go_on(log_dir):
     with compactlog.open(log_dir, _fs=fs) as log:
         log.append(b"kept", b"value")
     fs.free = 1000
-    with compactlog.open(log_dir, _fs=fs, min_free_bytes=4096) as log:
+    with compactlog.open(log_dir, _fs=fs, min_free_bytes=4096, update_config=True) as log:
         with pytest.raises(compactlog.WriteRefusedError, match="min_free_bytes=4096"):
             log.append(b"k", b"v")
         with pytest.raises(compactlog.WriteRefusedError):
@@ -311,7 +311,7 @@ def test_appends_are_refused_below_min_free_bytes_and_reads_go_on(log_dir):
         assert log.end_offset == 1
         fs.free = None  # space is back
         assert log.append(b"next", b"ok") == 1
-    with compactlog.open(log_dir, min_free_bytes=1 << 62) as log:
+    with compactlog.open(log_dir, min_free_bytes=1 << 62, update_config=True) as log:
         with pytest.raises(compactlog.WriteRefusedError):
             log.append(b"k", b"v")
         assert [r.key for r in log.read()] == [b"kept", b"next"]

@@ -125,18 +125,33 @@ def test_a_busy_log_is_skipped_not_waited_on(tmp_path):
     cleaner.close()
 
 
-def test_overrides_are_written_into_the_log_config_once(tmp_path):
+def test_overrides_apply_to_the_service_passes_and_are_never_stored(tmp_path):
     from compactlog.cleaner.config import Override
 
-    make_logs(tmp_path / "root", ["orders-1", "users"], dirty=False)
-    cleaner = cleaner_for(
-        tmp_path, overrides=(Override("orders-*", {"min_cleanable_dirty_ratio": 0.05}),)
-    )
-    cleaner.round()
-    with compactlog.open(tmp_path / "root" / "orders-1", read_only=True) as log:
-        assert log.config.min_cleanable_dirty_ratio == 0.05
+    make_logs(tmp_path / "root", ["orders-1", "users"])
+    lag = {"min_compaction_lag_ms": 10 * 86_400_000}  # nothing is old enough to clean
+    cleaner = cleaner_for(tmp_path, overrides=(Override("users", lag),))
+    outcomes = {o.ref.name: o for o in cleaner.round(force=True)}
+    assert outcomes["orders-1"].status == "cleaned"
+    assert outcomes["users"].status == "skipped"  # the pass ran with the override
+    for name in ("orders-1", "users"):
+        with compactlog.open(tmp_path / "root" / name, read_only=True) as log:
+            assert log.config.min_compaction_lag_ms == 0  # never written into meta
+    cleaner.close()
+
+
+def test_a_log_found_later_with_a_refused_override_is_reported_and_skipped(tmp_path):
+    from compactlog.cleaner.config import Override
+
+    make_logs(tmp_path / "root", ["orders", "users"])
+    cleaner = cleaner_for(tmp_path, overrides=(Override("users", {"cleanup_policy": "delete"}),))
+    outcomes = cleaner.round()
+    assert [o.ref.name for o in outcomes] == ["orders"]
+    error = cleaner.logs[str(tmp_path / "root" / "users")].last_error
+    assert "override[0]: (match 'users') on log users" in error
+    assert "refusing to change cleanup_policy" in error
     with compactlog.open(tmp_path / "root" / "users", read_only=True) as log:
-        assert log.config.min_cleanable_dirty_ratio == 0.5
+        assert log.config.cleanup_policy == "compact"
     cleaner.close()
 
 

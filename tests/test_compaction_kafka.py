@@ -311,7 +311,7 @@ def test_recovery_of_an_interrupted_swap(tmp_path, clock, crash, expect):
     model = Model()
     path = tmp_path / "log"
     fs = CrashAt(**crash)
-    log = compactlog.open(path, clock=clock, _fs=fs, segment_bytes=1024, sync="os", segment_ms=None)
+    log = make(path, clock, _fs=fs)
     fill(log, model)
     fs.armed = True
     with pytest.raises(CrashAt.Crash):

@@ -10,6 +10,7 @@ import pytest
 
 import compactlog
 from compactlog.format import RecordBatch
+from compactlog.log import SettingIgnoredWarning
 from compactlog.segment import list_segments, lookup_position, read_index
 
 from .helpers import batch_positions, flip_bit, segment_files
@@ -143,7 +144,7 @@ def test_records_survive_a_reopen(log_dir):
             log.append(b"k", b"v")
 
 
-def test_config_is_stored_at_creation_and_merged_on_reopen(log_dir):
+def test_config_is_stored_at_creation_and_kept_on_reopen(log_dir):
     with compactlog.open(log_dir, segment_bytes=4096, retention_ms=1000) as log:
         assert log.config.segment_bytes == 4096
     meta = json.loads((log_dir / "meta").read_bytes())
@@ -151,11 +152,13 @@ def test_config_is_stored_at_creation_and_merged_on_reopen(log_dir):
     with compactlog.open(log_dir) as log:
         assert log.config.segment_bytes == 4096
         assert log.config.retention_ms == 1000
-    with compactlog.open(log_dir, retention_ms=2000) as log:
-        assert log.config.segment_bytes == 4096  # not passed: keeps its stored value
-        assert log.config.retention_ms == 2000
+    ignored = pytest.warns(SettingIgnoredWarning, match=r"retention_ms=2000 ignored.*1000")
+    with ignored as seen, compactlog.open(log_dir, retention_ms=2000, segment_bytes=4096) as log:
+        assert log.config.retention_ms == 1000  # the stored value stays
+    assert len(seen) == 1  # segment_bytes was passed with its stored value: no warning
+    assert seen[0].filename == __file__  # pointed at the caller's line
     with compactlog.open(log_dir) as log:
-        assert log.config.retention_ms == 2000  # the merge was persisted
+        assert log.config.retention_ms == 1000
 
 
 def test_segments_roll_at_segment_bytes(log_dir):

@@ -148,7 +148,8 @@ OPEN_WITH_CONFIG = textwrap.dedent(
     import sys
     import compactlog
     for round in range(5):
-        with compactlog.open(sys.argv[1], retention_ms=int(sys.argv[2]) + round) as log:
+        retention_ms = int(sys.argv[2]) + round
+        with compactlog.open(sys.argv[1], retention_ms=retention_ms, update_config=True) as log:
             log.append(b"k", sys.argv[2].encode())
     """
 )

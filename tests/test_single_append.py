@@ -546,13 +546,13 @@ def test_the_plain_path_follows_config_changes(log_dir):
     is honoured once this open reloads meta (here: a lower limit, then compression)."""
     with compactlog.open(log_dir) as log:
         log.append(b"k", b"v" * 200)
-        with compactlog.open(log_dir, max_record_bytes=100):
-            pass
+        with compactlog.open(log_dir) as other:  # as `config set --force` does
+            other.store_config({"max_record_bytes": 100})
         log.reload_meta()
         with pytest.raises(compactlog.RecordTooLargeError):
             log.append(b"k", b"v" * 200)
-        with compactlog.open(log_dir, compression="zstd"):
-            pass
+        with compactlog.open(log_dir) as other:
+            other.store_config({"compression": "zstd"})
         log.reload_meta()
         assert not log.plain_append_installed
         assert log.append(b"k", b"v" * 50) == 1

@@ -68,6 +68,7 @@ class LogMachine(RuleBasedStateMachine):
             precommit_bytes=4096 if precommit else 0,
             compression=compression,
             sync="os",
+            update_config=True,
         )
 
     @rule(ms=st.sampled_from([1, 1000, 60_000]))

@@ -187,3 +187,11 @@ def test_every_console_script_the_wheel_declares_answers_help(installed):
     for script in scripts:
         out = _run([str(bin_dir / script), "--help"], scratch, _env(bin_dir), timeout=120)
         assert "Usage" in out or "usage" in out, (script, out)
+
+
+def test_the_wheel_ships_py_typed_and_python_m_compactlog_runs_the_cli(installed):
+    wheel, bin_dir, scratch = installed
+    with zipfile.ZipFile(wheel) as archive:
+        assert "compactlog/py.typed" in archive.namelist()
+    out = _run([str(bin_dir / "python"), "-m", "compactlog", "--help"], scratch, _env(bin_dir))
+    assert "Usage: compactlog" in out, out

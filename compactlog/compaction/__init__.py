@@ -9,9 +9,10 @@ See ``docs/compaction.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from ..config import check_change
 from ..errors import CompactionError, CompactionWriteError, CorruptLogError, DiskFullError
 from .cleaner import Throttler, clean_log
 from .offset_map import OffsetMap, key_digests
@@ -43,6 +44,7 @@ def compact_log(
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
     progress: ProgressCallback | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> CleanerStats:
     """One cleaning pass if due (``force``: whatever the dirty ratio), then retention.
 
@@ -57,11 +59,17 @@ def compact_log(
     and a later pass succeeds once it is gone; retention does not run after it.
     ``progress`` is called with :class:`CompactionProgress` events (``progress.py``).
     ``throttler`` may be shared by passes on several threads.
+
+    ``settings`` apply to this pass only, on top of the stored config, and are never stored
+    (the cleaner service's overrides): ``config.check_change`` refuses what ``compactlog
+    config set`` refuses, as :class:`~compactlog.errors.UnsafeChangeError`.
     """
     now = log.clock() if now_ms is None else now_ms
     with log.cleaner_lock(wait=False):
         meta = log.reload_meta()
-        config = meta.config
+        config = (
+            check_change(meta.config, settings, path=log.directory) if settings else meta.config
+        )
         if not config.compacted:
             stats = CleanerStats(forced=force, now_ms=now)
             stats.skipped = f"cleanup_policy={config.cleanup_policy!r} does not compact"
@@ -90,5 +98,5 @@ def compact_log(
                 stats.uncleanable = reason
                 stats.skipped = reason
         if config.deletes_by_retention or config.deletes_when_consumed:
-            stats.retention = log._enforce_retention_locked(now)
+            stats.retention = log._enforce_retention_locked(now, config)
     return stats

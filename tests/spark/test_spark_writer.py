@@ -12,6 +12,7 @@ does not allow, before appending anything; staged batches roll segments as
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -261,7 +262,7 @@ def stage(path, batches, **log_config):
         start_job,
     )
 
-    with compactlog.open(path, **log_config):
+    with compactlog.open(path, update_config=True, **log_config):  # (stored on a log made before)
         pass
     options = parse_write_options({"path": path})
     writer = CompactLogWriter(options, start_job(options.staging_dir), {path: log_encoding(path)})
@@ -350,8 +351,8 @@ def test_null_keys_staged_for_a_log_that_became_compacted_are_refused_at_commit(
     writer, message = stage(
         path, [key_value_batch(50, with_null_key=True)], cleanup_policy="delete"
     )
-    with compactlog.open(path, cleanup_policy="compact"):
-        pass
+    with compactlog.open(path) as log:  # as an earlier version let a reopen change the policy
+        log.update_meta(config=dataclasses.replace(log.meta.config, cleanup_policy="compact"))
     with pytest.raises(InvalidRecordError, match="no key"):
         writer.commit([message])
     assert records(path) == []
