@@ -23,6 +23,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from compactlog.compaction.dirty import TimestampCache
+
 from .config import ServiceConfig
 from .discovery import LogFacts, LogRef, discover, probe
 from .metrics import Metrics
@@ -52,6 +54,7 @@ class LogStatus:
     last_outcome: dict[str, Any] | None = None
     last_clean_at: float | None = None
     running: dict[str, Any] | None = None  # the pass in progress
+    timestamps: TimestampCache = field(default_factory=dict)  # probe's, per segment file
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +67,7 @@ class LogStatus:
             "bytes": f.total_bytes if f else None,
             "dirty_bytes": f.dirty_bytes if f else None,
             "dirty_ratio": round(f.dirty_ratio, 4) if f else None,
+            "active_segment_bytes": f.active_bytes if f else None,
             "end_offset": f.end_offset if f else None,
             "subscriber_lag": f.subscriber_lag if f else {},
             "uncleanable": (f.uncleanable or f.error) if f else None,
@@ -103,6 +107,8 @@ class Cleaner:
         self.errors = 0
         self.started_at = time.time()
         self.last_round_at: float | None = None
+        self.last_round: dict[str, Any] | None = None  # the result `cleaner status` reports
+        self.mode = "service"  # or "once" (cron): status judges the last round, not liveness
         self.phase = "starting"
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
@@ -128,7 +134,16 @@ class Cleaner:
             candidate = queue.pop()
             futures.append(self.pool.submit(self._pass, candidate, force, now_ms))
         outcomes = [o for o in (f.result() for f in futures) if o is not None]
+        problems = sorted(o.ref.name for o in outcomes if o.status in ("failed", "uncleanable"))
         with self._lock:
+            self.last_round = {
+                "kind": kind,
+                "finished_at": time.time(),
+                "passes": len(outcomes),
+                "cleaned": sum(1 for o in outcomes if o.status == "cleaned"),
+                "problems": problems,
+                "ok": not problems,
+            }
             self.rounds += 1
             self.queued = 0
             self.metrics.queue.set(0)
@@ -181,7 +196,8 @@ class Cleaner:
         return queue
 
     def _probe(self, ref: LogRef, now_ms: int) -> LogFacts:
-        facts = probe(ref, now_ms)
+        timestamps = self.logs[ref.path].timestamps
+        facts = probe(ref, now_ms, timestamps)
         settings = self.config.overrides_for(ref.name, ref.path)
         if facts.error is None and settings:
             try:
@@ -190,7 +206,7 @@ class Cleaner:
                         f"applied overrides to {ref.name}: {settings}",
                         extra={"event": "override", "log": ref.name, "settings": settings},
                     )
-                    facts = probe(ref, now_ms)
+                    facts = probe(ref, now_ms, timestamps)
             except Exception as error:  # a log we cannot open for writing: report, go on
                 facts.error = f"cannot apply overrides: {error}"
         with self._lock:
@@ -273,6 +289,17 @@ class Cleaner:
         self._record(outcome)
         return outcome
 
+    def _reprobe(self, ref: LogRef) -> None:
+        """The log's figures after a pass, so the state file and metrics show its result."""
+        status = self.logs.get(ref.path)
+        if status is None:
+            return
+        facts = probe(ref, wall_ms(), status.timestamps)
+        if facts.error is None:
+            with self._lock:
+                status.facts = facts
+            self.metrics.observe_facts(facts, failing=status.failures > 0)
+
     def _record(self, outcome: PassOutcome) -> None:
         ref = outcome.ref
         now = time.time()
@@ -305,6 +332,8 @@ class Cleaner:
                     status.last_clean_at = now
             self._idle.notify_all()
         self.metrics.observe_pass(outcome)
+        if outcome.status in ("cleaned", "skipped"):
+            self._reprobe(ref)
         self._log_outcome(outcome, status)
         self.save_state()
 
@@ -365,6 +394,8 @@ class Cleaner:
                 ),
                 "rounds": self.rounds,
                 "last_round_at": self.last_round_at,
+                "last_round": self.last_round,
+                "mode": self.mode,
                 "passes_running": self.running,
                 "queue": self.queued,
                 "errors": self.errors,

@@ -7,7 +7,17 @@ alone. ``OSError`` is converted at the public boundary only; inside, it propagat
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean segment_bytes?"`` for a misspelled ``name``, else ``""``: the one
+    suggestion helper of every "unknown setting/option/key" message (case-insensitive)."""
+    choices = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {choices[close[0]]}?" if close else ""
 
 
 class CompactLogError(Exception):
