@@ -12,12 +12,18 @@ import os
 from collections.abc import Iterable
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``"; did you mean segment_bytes?"`` for a misspelled ``name``, else ``""``: the one
-    suggestion helper of every "unknown setting/option/key" message (case-insensitive)."""
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The name of ``known`` that ``name`` most likely misspells (case-insensitive)."""
     choices = {k.lower(): k for k in known}
     close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {choices[close[0]]}?" if close else ""
+    return choices[close[0]] if close else None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean segment_bytes?"`` for a misspelled ``name``, else ``""``: the one
+    suggestion of every "unknown setting/option/key" message."""
+    match = closest(name, known)
+    return f"; did you mean {match}?" if match else ""
 
 
 class CompactLogError(Exception):
