@@ -198,8 +198,11 @@ def config_get(path: str, names: tuple[str, ...], as_json: bool) -> None:
         values = log.config.to_dict()
     unknown = [n for n in names if n not in values]
     if unknown:
+        from compactlog.errors import did_you_mean
+
         raise UsageProblem(
             f"unknown config name(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}"
+            + "".join(did_you_mean(name, values) for name in unknown)
         )
     chosen = {n: values[n] for n in names} if names else values
     if as_json:

@@ -38,7 +38,11 @@ class ConfigError(CompactLogError, ValueError):
     """An unknown configuration name or an impossible value."""
 
 
-class InvalidRecordError(CompactLogError, TypeError):
+class InvalidArgumentError(CompactLogError, TypeError):
+    """An argument of the wrong type (``read(start="0")``); the message names the argument."""
+
+
+class InvalidRecordError(InvalidArgumentError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
 
 
