@@ -122,9 +122,12 @@ def test_compact_prints_kafkas_summary_lines_unwrapped_and_json_keeps_every_stat
 
 def test_a_first_pass_leaves_no_empty_segment_and_changes_no_offset(tmp_path):
     """Segments whose every record a later one supersedes used to stay behind as 16-byte
-    files (a group was closed before its output held anything)."""
+    files: a segment filled to within 16 bytes of segment_bytes closed its group at once,
+    whatever the group's (empty) output held. This workload left three such files."""
     path = tmp_path / "log"
-    fill(path, rounds=6)
+    with compactlog.open(str(path), segment_bytes=64 * 1024) as log:
+        for i in range(40_000):
+            log.append(f"k{i % 500}".encode(), b"v" * 20)
     with compactlog.open(str(path), read_only=True) as log:
         latest = {r.key: r.offset for r in log.read()}
         end = log.end_offset
