@@ -358,14 +358,28 @@ def from_environment(
             values[name] = _from_text(name, raw, ENV_PREFIX + suffix)
         except CleanerConfigError as error:
             problems.append(error)
-    config = base
-    if values:
-        try:
-            config = build(values, source="environment", keys=keys, base=base)
-        except CleanerConfigError as error:
-            problems.append(error)
+    config = layer(values, source="environment", keys=keys, base=base, problems=problems)
     raise_all(problems)
     return config
+
+
+def layer(
+    values: Mapping[str, Any],
+    *,
+    source: str,
+    keys: Mapping[str, str],
+    base: ServiceConfig,
+    problems: list[CleanerConfigError],
+) -> ServiceConfig:
+    """``base`` with one source's ``values`` applied (:func:`build`); on problems, ``base``
+    unchanged and the problems added to ``problems`` (reported with the other sources')."""
+    if not values:
+        return base
+    try:
+        return build(values, source=source, keys=keys, base=base)
+    except CleanerConfigError as error:
+        problems.append(error)
+        return base
 
 
 def _from_text(name: str, raw: str, key: str) -> Any:

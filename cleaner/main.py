@@ -29,9 +29,9 @@ from compactlog import __version__
 from .config import (
     CleanerConfigError,
     ServiceConfig,
-    build,
     check_usable,
     from_environment,
+    layer,
     parse_size,
     raise_all,
 )
@@ -128,11 +128,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     flag("retention_cron", args.retention_cron, "--retention-cron")
     flag("log_format", args.log_format, "--log-format")
     flag("log_level", args.log_level, "--log-level")
-    if values:
-        try:
-            config = build(values, source="command line", keys=keys, base=config)
-        except CleanerConfigError as error:
-            problems.append(error)
+    config = layer(values, source="command line", keys=keys, base=config, problems=problems)
     raise_all(problems)
     check_usable(config)  # only of a config that parsed: a broken file's roots are unknown
     return config

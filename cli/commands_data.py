@@ -555,7 +555,7 @@ def stats(path: str, as_json: bool) -> int:
                 ("segments", f"{len(segment_sizes)} ({human_bytes(sizes['segments'])})"),
                 ("indexes", human_bytes(sizes["indexes"])),
                 ("other files", human_bytes(sizes["other"])),
-                ("dirty ratio", dirty_text(figures, human_bytes)),
+                ("dirty ratio", dirty_text(figures)),
             ]
         )
         click.echo()

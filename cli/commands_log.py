@@ -155,7 +155,7 @@ def meta(path: str, as_json: bool) -> None:
             ("segments", f"{document['segments']} (active {document['active_segment']})"),
             ("size", human_bytes(document["size_bytes"])),
             ("cleaner point", document["cleaner_point"]),
-            ("dirty ratio", dirty_text(document, human_bytes)),
+            ("dirty ratio", dirty_text(document)),
             ("uncleanable", document["uncleanable"] or "no"),
             ("subscribers", document["subscribers"]),
             ("clean shutdown", "yes" if document["clean_shutdown"] else "no"),

@@ -631,8 +631,10 @@ def dirty_figures(directory: str, config: Any, log_start: int) -> dict[str, Any]
     }
 
 
-def dirty_text(figures: dict[str, Any], human_bytes: Callable[[int], str]) -> str:
+def dirty_text(figures: dict[str, Any]) -> str:
     """``0.560 (1.2 MiB dirty of 2.1 MiB cleanable; active segment 64 KiB, not counted)``."""
+    from .output import human_bytes
+
     cleanable = figures["clean_bytes"] + figures["dirty_bytes"]
     text = (
         f"{figures['dirty_ratio']:.3f} ({human_bytes(figures['dirty_bytes'])} dirty of "

@@ -27,10 +27,10 @@ One pass, in order:
    size fits ``segment_bytes``, or while that output is still empty (so a segment whose
    records are all superseded never stays behind as an empty file: its offsets join the
    next group's file, which starts at the same base), and the group spans fewer than 2**32
-   offsets. A record is
-   kept iff its key has no later record in the map, it is not a tombstone whose
-   ``delete_retention_ms`` (counted from when a pass first moved the cleaner point past
-   it) has run out, and it is not below the log start offset. Batches that lose nothing
+   offsets. A record is kept iff its key has no later record in the map, it is not a
+   tombstone whose ``delete_retention_ms`` (counted from when a pass first moved the
+   cleaner point past it) has run out, and it is not below the log start offset. Batches
+   that lose nothing
    are copied byte for byte; batches that lose some are re-encoded with their offsets,
    timestamps and headers; empty batches are dropped; runs of small batches (single
    appends) are merged: their surviving records become one batch of at most about

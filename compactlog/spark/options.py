@@ -150,11 +150,18 @@ def _keys(options: Mapping[str, str]) -> tuple[bytes, ...] | None:
 
 
 def _split_top(text: str) -> list[str]:
-    """``text`` split at the commas outside ``<>`` and ``()``."""
-    parts, depth, current = [], 0, []
+    """``text`` split at the commas outside ``<>``, ``()`` and quotes (``COMMENT 'a, b'``)."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for char in text:
-        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        else:
+            depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0 and not quote:
             parts.append("".join(current))
             current = []
         else:
