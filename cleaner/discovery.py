@@ -15,6 +15,7 @@ dirty segments' batch headers read, once per segment file (``timestamp_cache``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -151,21 +152,23 @@ def probe(ref: LogRef, now_ms: int, timestamp_cache: TimestampCache | None = Non
     if len(bases) < 2:
         return facts  # only the active segment: nothing is ever cleanable
     closed = list(zip(itertools.pairwise(bases), sizes, mtimes, strict=False))
+    measure_with_lag = functools.partial(
+        measure,
+        directory,
+        [Segment(base, next_base, size) for (base, next_base), size, _ in closed],
+        bases[-1],
+        cleaner_point=state.first_dirty_offset,
+        log_start=meta.log_start_offset,
+        now=now_ms,
+        active_bytes=sizes[-1],
+        timestamp_cache=timestamp_cache,
+    )
     try:
-        share = measure(
-            directory,
-            [Segment(base, next_base, size) for (base, next_base), size, _ in closed],
-            bases[-1],
-            cleaner_point=state.first_dirty_offset,
-            log_start=meta.log_start_offset,
-            min_compaction_lag_ms=config.min_compaction_lag_ms,
-            now=now_ms,
-            active_bytes=sizes[-1],
-            timestamp_cache=timestamp_cache,
-        )
-    except (CompactLogError, OSError) as error:
-        facts.error = str(error)
-        return facts
+        share = measure_with_lag(min_compaction_lag_ms=config.min_compaction_lag_ms)
+    except (CompactLogError, OSError):
+        # a segment's batch headers cannot be read: rank by the ratio without the lag bound
+        # (an upper bound); the pass then finds the damage and marks the log uncleanable
+        share = measure_with_lag(min_compaction_lag_ms=0)
     facts.first_dirty_offset = share.first_dirty_offset
     facts.clean_bytes, facts.dirty_bytes = share.clean_bytes, share.dirty_bytes
     facts.dirty_ratio, facts.active_bytes = share.ratio, share.active_bytes

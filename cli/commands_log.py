@@ -98,7 +98,7 @@ def meta_document(directory: str) -> dict[str, Any]:
     from compactlog.head import read_log_head
     from compactlog.state_files import list_checkpoints, read_cleaner_state
 
-    from .scan import SEGMENT_BYTE_FIGURES, dirty_figures
+    from .scan import batch_bytes, dirty_figures
 
     with open_read_only(directory) as log:
         meta = log.meta
@@ -115,7 +115,7 @@ def meta_document(directory: str) -> dict[str, Any]:
         "end_offset": end,
         "segments": len(bases),
         "active_segment": filenames.segment_name(bases[-1]) if bases else None,
-        "size_bytes": sum(figures[k] for k in SEGMENT_BYTE_FIGURES),
+        "size_bytes": batch_bytes(directory),
         "cleaner_point": cleaner_point,
         **figures,
         "uncleanable": meta.uncleanable,

@@ -605,8 +605,14 @@ __all__ = [
 ]
 
 
-# dirty_figures' keys that together are every segment file byte
-SEGMENT_BYTE_FIGURES = ("clean_bytes", "dirty_bytes", "lagging_bytes", "active_segment_bytes")
+def batch_bytes(directory: str) -> int:
+    """Bytes of batches in every segment: file headers and an exclusive writer's reserved
+    room aside (``meta``'s ``size_bytes``)."""
+    head = read_log_head(directory)
+    return sum(
+        max(bound_by_head(_file_size(segment_path(directory, base)), base, head) - HEADER_SIZE, 0)
+        for base in list_segments(directory)
+    )
 
 
 def dirty_figures(directory: str, config: Any, log_start: int) -> dict[str, Any]:

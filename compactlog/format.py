@@ -421,9 +421,9 @@ def _encode_one(
     """:func:`encode_batch` for a single record, byte for byte, without numpy: single
     appends are dominated by fixed costs, and the columns of one record are two ints."""
     if not (key is None or isinstance(key, _BYTES_LIKE)) or (key is None and not allow_none_keys):
-        validate_column([key], "key", allow_none=allow_none_keys, single=True)
+        validate_column([key], "key", allow_none=allow_none_keys)
     if not (value is None or isinstance(value, _BYTES_LIKE)):
-        validate_column([value], "value", allow_none=True, single=True)
+        validate_column([value], "value", allow_none=True)
     key_len = -1 if key is None else len(key)
     value_len = -1 if value is None else len(value)
     flags = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
