@@ -38,6 +38,8 @@ from typing import Any
 
 import compactlog
 
+from .common import timed_runs
+
 VALUE = b"v" * 100
 SEGMENT_BYTES = 16 << 20
 STORED_RECORD = 48 + 8 + 16 + 100  # a one-record batch of this workload
@@ -83,14 +85,7 @@ def _segment_bytes(path: str) -> int:
 
 
 def _rate(scan: Callable[[], int], records: int, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        seen = scan()
-        times.append(time.perf_counter() - started)
-        if seen != records:
-            raise AssertionError(f"read back {seen} records, not {records}")
-    return records / statistics.median(times)
+    return records / statistics.median(timed_runs(scan, repeat, records, "records read back"))
 
 
 def _scans(path: str, records: int, repeat: int) -> dict[str, float]:

@@ -44,6 +44,19 @@ def check(condition: bool, message: str) -> None:
 # -- measurements ------------------------------------------------------------------------
 
 
+def timed_runs(run: Callable[[], int], repeat: int, expect: int, what: str) -> list[float]:
+    """The times of ``repeat`` calls of ``run``, each checked to return ``expect``
+    (``what`` names the count in the error)."""
+    times = []
+    for _ in range(repeat):
+        started = perf_counter()
+        got = run()
+        times.append(perf_counter() - started)
+        if got != expect:
+            raise BenchmarkError(f"{what}: {got}, not {expect}")
+    return times
+
+
 @dataclass
 class Measurement:
     """One system running one workload: ``records`` records and ``nbytes`` bytes per run."""

@@ -33,6 +33,7 @@ OPTIONAL = (
     ("bench_subscriber", lambda sizes: {}),
     ("bench_cleaner", lambda sizes: {}),
     ("bench_readback", lambda sizes: {"records": sizes.records}),
+    ("bench_table", lambda sizes: {"records": sizes.records}),  # issue 19: tables
     ("bench_jlog", lambda sizes: {"records": sizes.records}),
     ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
     # issue 11: a 10M-record stream in micro-batches of 1M; the writer on 1M rows

@@ -6,13 +6,21 @@ beside live writers without slowing them.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
 
 import click
 
-from .common import encoding_option, json_option, log_dir, open_read_only, path_argument
+from .common import (
+    encoding_option,
+    json_option,
+    log_dir,
+    open_read_only,
+    path_argument,
+    raw_option,
+)
 from .output import (
     decode_input,
     emit_json,
@@ -115,12 +123,12 @@ def segments(path: str, as_json: bool) -> int:
 # -- dump and tail ---------------------------------------------------------------------------
 
 
-def _record_json(record: Any, encoding: str) -> dict[str, Any]:
+def _record_json(record: Any, encoding: str, key: Any, value: Any) -> dict[str, Any]:
     return {
         "offset": record.offset,
         "timestamp": record.timestamp,
-        "key": encode_bytes(record.key, encoding),
-        "value": encode_bytes(record.value, encoding),
+        "key": key,
+        "value": value,
         "tombstone": record.value is None,
         "headers": {k: encode_bytes(v, encoding) for k, v in record.headers.items()}
         if record.headers
@@ -128,14 +136,57 @@ def _record_json(record: Any, encoding: str) -> dict[str, Any]:
     }
 
 
+class Formats:
+    """How keys and values are shown: decoded by the log's declared formats (``str`` as
+    text; ``json`` as the JSON document in ``--json`` output, as compact JSON text
+    otherwise) or, with ``--raw`` or a ``--encoding`` other than ``text``, the stored
+    bytes in that encoding. A record that does not decode is shown raw, with a warning
+    naming its offset (``undecodable`` counts them)."""
+
+    def __init__(self, log: Any, *, encoding: str, as_json: bool, raw: bool) -> None:
+        from compactlog.serde import RAW
+
+        self.encoding = encoding
+        self.as_json = as_json
+        self.serde = RAW if raw or encoding != "text" else log.serde
+        self.undecodable = 0
+
+    def show(self, stored: Any) -> tuple[Any, Any]:
+        """The key and value of a record (as stored: bytes) as they are to be printed."""
+        from compactlog.errors import DecodeError
+
+        serde = self.serde
+        if serde.deserializes:
+            try:
+                record = next(serde.convert([stored]))
+                return (
+                    self._show(record.key, serde.key.label),
+                    self._show(record.value, serde.value.label),
+                )
+            except DecodeError as error:
+                self.undecodable += 1
+                warning_line(f"{error} (shown as stored)")
+        return encode_bytes(stored.key, self.encoding), encode_bytes(stored.value, self.encoding)
+
+    def _show(self, item: Any, label: str) -> Any:
+        if item is None:
+            return None
+        if label == "bytes":
+            return encode_bytes(item, self.encoding)
+        if label == "json" and not self.as_json:
+            return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+        return item
+
+
 class RecordPrinter:
     """Records as aligned lines (streaming: a table of millions of rows would not fit in
-    memory) or as JSON lines."""
+    memory) or as JSON lines; keys and values shown by :class:`Formats`."""
 
-    def __init__(self, *, encoding: str, as_json: bool, width: int) -> None:
+    def __init__(self, *, encoding: str, as_json: bool, width: int, formats: Formats) -> None:
         self.encoding = encoding
         self.as_json = as_json
         self.width = width
+        self.formats = formats
         self.key_width = 0
         self.printed = 0
 
@@ -145,13 +196,13 @@ class RecordPrinter:
 
     def __call__(self, record: Any) -> None:
         self.printed += 1
+        key, value = self.formats.show(record)
         if self.as_json:
-            emit_json_line(_record_json(record, self.encoding))
+            emit_json_line(_record_json(record, self.encoding, key, value))
             return
-        key = encode_bytes(record.key, self.encoding)
         key = "<no key>" if key is None else key
         self.key_width = min(max(self.key_width, len(key)), 40)
-        value = "<tombstone>" if record.value is None else encode_bytes(record.value, self.encoding)
+        value = "<tombstone>" if value is None else value
         line = f"{record.offset:>{self.width}}  {iso_ms(record.timestamp):<24}  "
         line += f"{key:<{self.key_width}}  {value}"
         if record.headers:
@@ -190,6 +241,7 @@ def _matching(batch: Any, key: bytes) -> list[int]:
 )
 @click.option("-n", "--limit", type=click.IntRange(min=0), help="Show at most this many records.")
 @encoding_option
+@raw_option
 @json_option
 def dump(
     path: str,
@@ -199,6 +251,7 @@ def dump(
     key_encoding: str,
     limit: int | None,
     encoding: str,
+    raw: bool,
     as_json: bool,
 ) -> int:
     """Print records: offset, timestamp, key, value (tombstones marked).
@@ -206,6 +259,8 @@ def dump(
     Shows everything readable: a damaged batch is reported on stderr (file and byte) and
     skipped, reading resumes at the next valid batch, and the exit code is 1. With --json,
     prints one JSON object per line: offset, timestamp, key, value, tombstone, headers.
+    Keys and values are shown in the log's declared formats (JSON values as JSON); a
+    record that does not decode is shown as stored, with a warning, and the exit code is 1.
 
     \b
     Examples:
@@ -221,8 +276,9 @@ def dump(
         directory = log.directory
         first = log.start_offset if start is None else start
         width = max(len(str(log.end_offset)), 6)
+        formats = Formats(log, encoding=encoding, as_json=as_json, raw=raw)
     problems: list[str] = []
-    printer = RecordPrinter(encoding=encoding, as_json=as_json, width=width)
+    printer = RecordPrinter(encoding=encoding, as_json=as_json, width=width, formats=formats)
     printer.header()
     if limit == 0:
         return 0
@@ -243,7 +299,7 @@ def dump(
             break
     for problem in problems:
         warning_line(f"skipped unreadable data: {problem}")
-    return 1 if problems else 0
+    return 1 if problems or formats.undecodable else 0
 
 
 @click.command()
@@ -271,6 +327,7 @@ def dump(
     help="With -f: seconds between looks at the log end.",
 )
 @encoding_option
+@raw_option
 @json_option
 def tail(
     path: str,
@@ -279,12 +336,14 @@ def tail(
     timeout: float | None,
     interval: float,
     encoding: str,
+    raw: bool,
     as_json: bool,
 ) -> None:
     """Print the last records; with -f, follow appends from other processes.
 
     Following only reads: it never takes the writers' lock. Stop with Ctrl-C. With --json,
-    prints one JSON object per record per line.
+    prints one JSON object per record per line. Keys and values are shown as dump shows
+    them (the log's declared formats).
 
     \b
     Examples:
@@ -294,14 +353,17 @@ def tail(
     """
     with open_read_only(path) as log:
         end = log.end_offset
-        printer = RecordPrinter(encoding=encoding, as_json=as_json, width=max(len(str(end)) + 2, 6))
+        formats = Formats(log, encoding=encoding, as_json=as_json, raw=raw)
+        printer = RecordPrinter(
+            encoding=encoding, as_json=as_json, width=max(len(str(end)) + 2, 6), formats=formats
+        )
         start = log.start_offset
         window = max(count, 1)
         records: list[Any] = []
         low = end
         while count and low > start:
             low = max(start, end - window)
-            records = list(log.read(low, end))
+            records = list(log.read(low, end, raw=True))
             if len(records) >= count:
                 break
             window *= 4
@@ -343,13 +405,21 @@ def tail(
     help="Latest value among offsets below this end offset (default: the whole log).",
 )
 @encoding_option
+@raw_option
 @json_option
 def get(
-    path: str, key: str, key_encoding: str, as_of: int | None, encoding: str, as_json: bool
+    path: str,
+    key: str,
+    key_encoding: str,
+    as_of: int | None,
+    encoding: str,
+    raw: bool,
+    as_json: bool,
 ) -> int:
     """Print the latest value of KEY (newest segment first, so recent keys are quick).
 
-    Exits 1 when the key is absent or its latest record is a tombstone.
+    Exits 1 when the key is absent or its latest record is a tombstone. The value is shown
+    in the log's declared format (a JSON value as JSON, also in --json output).
 
     \b
     Examples:
@@ -361,6 +431,7 @@ def get(
     found = None
     with open_read_only(path) as log:
         directory = log.directory
+        formats = Formats(log, encoding=encoding, as_json=as_json, raw=raw)
         bases = log.get_segments()
         stop = log.end_offset if as_of is None else as_of
         for i in range(len(bases) - 1, -1, -1):
@@ -382,7 +453,7 @@ def get(
         "deleted": found is not None and found.value is None,
         "offset": found.offset if found else None,
         "timestamp": found.timestamp if found else None,
-        "value": encode_bytes(found.value, encoding) if found else None,
+        "value": formats.show(found)[1] if found else None,
         "headers": {k: encode_bytes(v, encoding) for k, v in found.headers.items()}
         if found and found.headers
         else None,

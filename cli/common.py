@@ -73,6 +73,15 @@ def encoding_option(func: F) -> F:
     )(func)
 
 
+def raw_option(func: F) -> F:
+    return click.option(
+        "--raw",
+        is_flag=True,
+        help="Show keys and values as stored, ignoring the log's declared formats "
+        "(--encoding hex or base64 does too).",
+    )(func)
+
+
 # -- paths and opening ---------------------------------------------------------------------
 
 

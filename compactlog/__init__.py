@@ -23,6 +23,7 @@ from .errors import (
     CompactLogError,
     ConfigError,
     CorruptLogError,
+    DecodeError,
     DiskFullError,
     InvalidArgumentError,
     InvalidRecordError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .log import Log
     from .log import open_log as open
     from .recovery import RepairReport, repair
+    from .table import Table
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
@@ -50,6 +52,7 @@ _LAZY = {
     "Log": ("log", "Log"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
+    "Table": ("table", "Table"),
     "repair": ("recovery", "repair"),
 }
 
@@ -71,6 +74,7 @@ __all__ = [
     "CompactionWriteError",
     "ConfigError",
     "CorruptLogError",
+    "DecodeError",
     "DiskFullError",
     "InvalidArgumentError",
     "InvalidRecordError",
@@ -87,6 +91,7 @@ __all__ = [
     "RepairReport",
     "SubscriberBusyError",
     "SubscriberError",
+    "Table",
     "WriteRefusedError",
     "open",
     "repair",

@@ -22,6 +22,7 @@ MAX_MERGE_BYTES = 256 * MIB  # cleaner_merge_batch_bytes: 0 (never merge) up to 
 CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
 COMPRESSIONS = ("none", "zstd")
 SYNC_POLICIES = ("always", "interval", "os")
+SERDE_FORMATS = ("bytes", "str", "json")  # serde.FORMATS (not imported: serde needs format.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,8 @@ class LogConfig:
     cleaner_io_bytes_per_second: int | None = None
     cleaner_merge_batch_bytes: int = 1 * MIB
     min_free_bytes: int = 16 * MIB
+    key_format: str = "bytes"  # declared formats (serde.py): what readers decode by default
+    value_format: str = "bytes"
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -135,6 +138,8 @@ class LogConfig:
             maximum=MAX_MERGE_BYTES,
         )
         _int("min_free_bytes", self.min_free_bytes, minimum=0)
+        _choice("key_format", self.key_format, SERDE_FORMATS)
+        _choice("value_format", self.value_format, SERDE_FORMATS)
         if (
             self.max_compaction_lag_ms is not None
             and self.max_compaction_lag_ms < self.min_compaction_lag_ms

@@ -38,12 +38,39 @@ class ConfigError(CompactLogError, ValueError):
     """An unknown configuration name or an impossible value."""
 
 
+class InexactReadError(ConfigError):
+    """A state asked for as of an offset below the cleaner point: compaction may have
+    removed records of that state (``Log.latest(as_of=)``, Spark's ``asOfOffset``)."""
+
+
 class InvalidArgumentError(CompactLogError, TypeError):
     """An argument of the wrong type (``read(start="0")``); the message names the argument."""
 
 
 class InvalidRecordError(InvalidArgumentError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
+
+
+class DecodeError(CompactLogError, ValueError):
+    """A stored key or value that its format (declared or given at open) cannot decode.
+
+    ``offset`` is the record's offset, ``part`` ``"key"`` or ``"value"``, ``format`` the
+    format's name (``"custom"`` for a callable). ``raw=True`` reads the bytes anyway.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None,
+        offset: int,
+        part: str,
+        format: str,
+    ) -> None:
+        self.offset = offset
+        self.part = part
+        self.format = format
+        super().__init__(message, path=path)
 
 
 class RecordTooLargeError(CompactLogError, ValueError):

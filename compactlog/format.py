@@ -738,14 +738,23 @@ class RecordBatch:
         ends = np.cumsum(lengths)
         return bytes(self.keys_blob), ends - lengths, ends
 
-    def records(self) -> Iterator[Record]:
-        if self.decoded is not None:
+    def records(
+        self, keys: Sequence[Any] | None = None, values: Sequence[Any] | None = None
+    ) -> Iterator[Record]:
+        """The records; ``keys``/``values`` (one item per record) replace the stored ones,
+        for keys and values a deserializer made into objects (``serde.py``)."""
+        if self.decoded is not None and keys is None and values is None:
             return iter(self.decoded)
         # built by map() in C: no Python frame (generator step) per record
         offsets = self.offsets.tolist()
         heads = repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
         columns = zip(
-            offsets, self.keys(), self.values(), self.timestamps.tolist(), heads, strict=True
+            offsets,
+            self.keys() if keys is None else keys,
+            self.values() if values is None else values,
+            self.timestamps.tolist(),
+            heads,
+            strict=True,
         )
         return map(tuple.__new__, repeat(Record), columns)
 

@@ -63,6 +63,9 @@ class FileSystem:
     def remove(self, path: str) -> None:
         os.remove(path)
 
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path)
+
     def fsync_dir(self, directory: str) -> None:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -111,6 +114,26 @@ class FileSystem:
                 continue
             break
         self.fsync_dir(directory)
+
+
+def make_directories(fs: FileSystem, path: str) -> None:
+    """``os.makedirs`` whose new entries survive a power loss: each directory created is
+    fsynced in its parent (POSIX keeps a new entry only once its directory is fsynced)."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            fs.mkdir(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+        fs.fsync_dir(os.path.dirname(directory))
 
 
 WRITE_ATOMIC_ATTEMPTS = 3

@@ -15,7 +15,7 @@ the file, no system call) before it writes a batch, and publishing the new head 
 [0, 37) and so clears it. A writer that finds the head and the mark exactly
 as it last published them therefore knows, without reading the segment's size, that nobody
 else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
-sends the next writer through the full validation. The file is 64 bytes long.
+sends the next writer through the full validation. The file is 96 bytes long.
 
 Every writer publishes the head with a store into that mmap (no system call), so the
 ``pwrite`` that inotify would see is gone from the append path. Byte 37 is the *doorbell*:
@@ -24,7 +24,19 @@ map, which makes no event) and then checks the head once more; a writer that pub
 head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
 just stored, which inotify reports to every sleeping subscriber. So a writer pays the
 system call only when someone is waiting, and a subscriber that cannot map the file, or
-misses a ring, still re-checks the head on its safety timer (``subscriber._Watcher``).
+misses a ring, still re-checks the head on its safety timer (``subscriber.HeadWatcher``).
+
+Bytes [64, 80) hold the *boot id* of the machine when the last writer opened the log
+(stored once recovery has published a head that matches the data): readers trust the head
+only when it equals this boot's (:func:`read_published_head`).
+
+Bytes [40, 64) of ``.lock`` hold the *sync point* (``base i64 | size i64 | crc u32 | 4
+spare``): segment ``base`` up to byte ``size``, and every segment before it, were on disk
+(fdatasynced, with their directory entries) when a writer stored it. A writer stores it after
+each successful sync and makes it durable (an ``fdatasync`` of ``.lock``) only now and then
+(``writer.SyncPoints``), so after a power loss it may be older than the truth, never newer.
+Recovery and readers use it to tell data that a power loss may legitimately have left
+half-written (past it: cut, and reported) from corruption (before it: an error).
 
 ``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
 it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
@@ -51,7 +63,42 @@ assert HEAD.size == 36
 WRITING_MARK = HEAD.size  # byte 36 of .lock: 1 while a writer is between data and head
 PUBLISHED_SIZE = HEAD.size + 1  # what publishing a head writes: the head and a cleared mark
 DOORBELL = PUBLISHED_SIZE  # byte 37 of .lock: 1 while a subscriber sleeps waiting for a head
-LOCK_FILE_SIZE = 64
+SYNC_POINT = struct.Struct("<qqI4x")  # base, size, crc of the 16 bytes before it, spare
+SYNC_POINT_AT = 40
+SYNC_POINT_END = SYNC_POINT_AT + SYNC_POINT.size
+BOOT_AT = 64  # the boot id of the machine whose writer last opened the log: 16 bytes
+BOOT_END = BOOT_AT + 16
+LOCK_FILE_SIZE = 96
+assert SYNC_POINT_END == BOOT_AT and BOOT_END <= LOCK_FILE_SIZE
+
+
+class Boot:
+    """This machine's boot id (Linux's ``/proc/sys/kernel/random/boot_id``, read once), or
+    ``None`` where there is none. A power loss is a reboot, so a head stored under another
+    boot id is one that no live writer stands behind. Tests that simulate a power loss give
+    the simulated reboot an id of its own by setting ``BOOT.id``."""
+
+    def __init__(self) -> None:
+        self._id: bytes | None = None
+        self._read = False
+
+    @property
+    def id(self) -> bytes | None:
+        if not self._read:
+            self._read = True
+            try:
+                with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+                    self._id = bytes.fromhex(handle.read().decode().strip().replace("-", ""))
+            except (OSError, ValueError):
+                self._id = None
+        return self._id
+
+    @id.setter
+    def id(self, value: bytes | None) -> None:
+        self._id, self._read = value, True
+
+
+BOOT = Boot()
 _HEAD_FIELDS = struct.Struct("<IIqqq")  # the head without its CRC
 _HEAD_CRC_MARK = struct.Struct("<IB")  # the CRC and a cleared writing mark
 
@@ -81,6 +128,45 @@ def decode_head(data: bytes) -> Head | None:
     return Head(flags, base, end, size)
 
 
+class SyncPoint(NamedTuple):
+    """What was durable when a writer last synced: segment ``base`` up to byte ``size``."""
+
+    base: int
+    size: int
+
+    def durable_end(self, base: int) -> int | None:
+        """Up to where segment ``base`` is known to be on disk: the whole file for an
+        older segment (``None``), ``size`` for this one, nothing (0) for a newer one."""
+        if base < self.base:
+            return None
+        return self.size if base == self.base else 0
+
+
+def encode_sync_point(base: int, size: int) -> bytes:
+    fields = struct.pack("<qq", base, size)
+    return SYNC_POINT.pack(base, size, crc32c(fields))
+
+
+def decode_sync_point(data: bytes) -> SyncPoint | None:
+    """The sync point stored in ``.lock``'s bytes (``None``: never stored, or torn)."""
+    if len(data) < SYNC_POINT_AT + SYNC_POINT.size:
+        return None
+    base, size, crc = SYNC_POINT.unpack_from(data, SYNC_POINT_AT)
+    fields = data[SYNC_POINT_AT : SYNC_POINT_AT + 16]
+    if crc != crc32c(fields):
+        return None
+    return SyncPoint(base, size)
+
+
+def read_sync_point(directory: str) -> SyncPoint | None:
+    """The sync point in ``directory``'s ``.lock`` (``None`` if missing or unreadable)."""
+    try:
+        with open(os.path.join(directory, filenames.WRITER_LOCK), "rb") as handle:
+            return decode_sync_point(handle.read(LOCK_FILE_SIZE))
+    except FileNotFoundError:
+        return None
+
+
 def read_head(fd: int) -> Head | None:
     for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         head = decode_head(os.pread(fd, HEAD.size, 0))
@@ -89,20 +175,42 @@ def read_head(fd: int) -> Head | None:
     return None
 
 
-def read_head_file(path: str) -> Head | None:
+def read_published_head(fd: int, *, any_boot: bool = False) -> Head | None:
+    """The head as readers may trust it: ``None`` when missing or unreadable, and when it
+    was stored under another boot (a power loss or a reboot since a writer last opened the
+    log: the head on disk is then stale or ahead of the data, as ``.lock`` is never fsynced,
+    and only the next writer's recovery finds the data's end; readers read to the end of
+    the valid data instead, ``segment.SegmentReader``). ``any_boot``: the head whatever
+    boot stored it (a hint, as recovery reads it)."""
+    for _ in range(3):  # a read racing a writer's store fails its CRC: retry
+        data = os.pread(fd, LOCK_FILE_SIZE, 0)
+        head = decode_head(data)
+        if head is not None:
+            boot = BOOT.id
+            if any_boot or boot is None:
+                return head
+            if len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot:
+                return None
+            return head
+    return None
+
+
+def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
+    """The head in the ``.lock`` file at ``path`` as readers may trust it
+    (:func:`read_published_head`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
-        return read_head(fd)
+        return read_published_head(fd, any_boot=any_boot)
     finally:
         os.close(fd)
 
 
-def read_log_head(directory: str) -> Head | None:
-    """The head in ``directory``'s ``.lock`` (``None`` if missing or unreadable)."""
-    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK))
+def read_log_head(directory: str, *, any_boot: bool = False) -> Head | None:
+    """The head in ``directory``'s ``.lock`` (:func:`read_head_file`)."""
+    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK), any_boot=any_boot)
 
 
 def lock_exclusive(fd: int) -> None:

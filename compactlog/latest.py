@@ -1,38 +1,46 @@
 """The latest state: the newest non-tombstone record of every key below an offset.
 
-Correct whether or not the log was compacted (the dirty head may hold several versions of
-a key): two passes over the same open segment files. Pass 1 builds an exact map from key
-digest to latest offset (:class:`~compactlog.compaction.offset_map.OffsetMap` without a
-capacity limit, 24 bytes per distinct key); pass 2 keeps each record whose offset is the
-latest of its key and that is not a tombstone. Both passes are columnar
+Correct whether or not the log was compacted, in two passes over the same open segment
+files. Below the cleaner point ``p`` (the clean tail) a cleaning pass left every key at
+most once; only the dirty head ``[p, end)`` may hold several versions of a key. Pass 1
+reads the head alone and maps each key digest to its latest offset there (24 bytes per
+distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
+head, or lies in the tail with a key the head does not hold
+(:class:`~compactlog.headindex.HeadIndex`, also the Spark source's rule; no key is hashed
+in pass 2 when the head is empty). Both passes are columnar
 (:func:`latest_batches` yields filtered :class:`~compactlog.format.RecordBatch` objects);
 :func:`latest_records` turns them into :class:`~compactlog.format.Record` objects.
 
 Consistency: every segment overlapping the range is opened before pass 1 and both passes
 read those descriptors, so a cleaner swapping segments meanwhile (or retention removing
 them) changes nothing the passes see: the old files stay readable through their open
-descriptors. Output is in offset order. As with Kafka, ``as_of`` below the cleaned part of
-the log gives *at least* the state as of ``as_of`` for keys not rewritten since: compaction
-keeps only the latest record of a key, so a key whose record before ``as_of`` was
-superseded by one at or after ``as_of`` may be missing.
+descriptors. Output is in offset order.
+
+Exactness (:func:`check_exact`, also the rule of Spark's ``asOfOffset``): ``as_of`` below
+the cleaner point is refused with :class:`~compactlog.errors.InexactReadError` naming the
+lowest exact offset. With ``allow_inexact=True`` it gives, as Kafka does, *at least* the
+state as of ``as_of`` for keys not rewritten since: compaction keeps only the latest record
+of a key, so a key whose record before ``as_of`` was superseded by one at or after
+``as_of`` may be missing.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .compaction.columns import filter_batch
-from .compaction.offset_map import OffsetMap, key_digests
-from .errors import MissingSegmentError
+from .errors import InexactReadError, MissingSegmentError
 from .format import Record, RecordBatch
+from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments
+from .state_files import read_cleaner_state
 
 if TYPE_CHECKING:
     from .log import Log
 
-UNLIMITED = 1 << 62
 OPEN_ATTEMPTS = 20
 
 
@@ -71,15 +79,20 @@ class _OpenSegments:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def batches(self) -> Iterator[RecordBatch]:
-        """Batches holding offsets in ``[start, end)``, each offset at most once.
+    def batches(self, start: int | None = None) -> Iterator[RecordBatch]:
+        """Batches holding offsets in ``[start, end)`` (``start``: at least the opened
+        range's), each offset at most once; segments wholly below ``start`` are not read.
 
         Follows offsets: a listing taken in the middle of a segment swap may show a merged
         first segment next to the old segments it replaces; offsets already seen are skipped.
         """
-        next_offset = self.start
+        next_offset = self.start if start is None else max(start, self.start)
         end = self.end
-        for reader in self.readers:
+        readers = self.readers
+        first = 0
+        while first + 1 < len(readers) and readers[first + 1].base <= next_offset:
+            first += 1
+        for reader in readers[first:]:
             for batch in reader.runs(HEADER_SIZE):
                 if batch.next_offset <= next_offset:
                     continue
@@ -93,51 +106,83 @@ class _OpenSegments:
                     yield batch
 
 
-def latest_batches(log: Log, as_of: int | None = None) -> Iterator[RecordBatch]:
+def check_exact(
+    as_of: int,
+    cleaner_point: int,
+    end: int,
+    *,
+    allow_inexact: bool,
+    names: tuple[str, str] = ("as_of", "allow_inexact=True"),
+) -> None:
+    """Refuse a state as of an offset below the cleaner point (``names``: how the caller
+    spells the offset and the escape hatch): compaction may have removed records of it."""
+    if as_of < min(cleaner_point, end) and not allow_inexact:
+        offset_name, escape = names
+        raise InexactReadError(
+            f"{offset_name}={as_of} is below the cleaner point {cleaner_point}: "
+            f"compaction may have removed records of that state. The lowest offset with an "
+            f"exact state is {cleaner_point}; set {escape} to read anyway (Kafka's "
+            "rule: every key at least its latest record not rewritten since)"
+        )
+
+
+def latest_batches(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> Iterator[RecordBatch]:
     """Columnar :func:`latest_records`: batches holding only each key's latest record below
     ``as_of`` (default: the end offset at the call), tombstones and keyless records left out.
+    ``as_of`` below the cleaner point raises :class:`InexactReadError` at the call unless
+    ``allow_inexact`` (see :func:`check_exact`).
     """
+    if as_of is not None:
+        check_exact(
+            as_of,
+            read_cleaner_state(log.directory).first_dirty_offset,
+            log.end_offset,
+            allow_inexact=allow_inexact,
+        )
+    return _latest_batches(log, as_of)
+
+
+def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
     end = log.end_offset if as_of is None else as_of
     start = log.start_offset
     if end <= start:
         return
+    # read before the segments are opened: a pass finishing in between only removes more
+    # records below the point read, so every key there still appears at most once
+    point = max(min(read_cleaner_state(log.directory).first_dirty_offset, end), start)
     with _OpenSegments(log.directory, start, end) as segments:
-        latest = OffsetMap(UNLIMITED)
+        head_map = head_map_of(segments.batches(point))
+        head = HeadIndex(head_map, point, end) if len(head_map) else None
         for batch in segments.batches():
-            has_key = batch.key_lengths >= 0
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-            offsets = batch.offsets
-            if not has_key.all():
-                hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
-            latest.put(hi, lo, offsets)
-        latest.flush()
-        for batch in segments.batches():
-            hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-            keep = (
-                (latest.get(hi, lo) == batch.offsets)
-                & (batch.key_lengths >= 0)
-                & (batch.value_lengths >= 0)
-            )
+            keep = (batch.key_lengths >= 0) & (batch.value_lengths >= 0)
+            if head is not None:
+                keep &= head.latest_mask(batch)
             if bool(keep.all()):
                 yield batch
             elif bool(keep.any()):
                 yield filter_batch(batch, keep)
 
 
-def latest_records(log: Log, as_of: int | None = None) -> Iterator[Record]:
+def latest_records(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> Iterator[Record]:
     """The latest non-tombstone record of every key among offsets below ``as_of``, in
     offset order."""
-    for batch in latest_batches(log, as_of):
-        yield from batch.records()
+    batches = latest_batches(log, as_of, allow_inexact=allow_inexact)
+    return itertools.chain.from_iterable(map(RecordBatch.records, batches))
 
 
-def latest_dict(log: Log, as_of: int | None = None) -> dict[bytes, bytes]:
+def latest_dict(
+    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+) -> dict[bytes, bytes]:
     """``{key: value}`` of the latest state (a convenience for small logs and tests)."""
     result: dict[bytes, bytes] = {}
-    for record in latest_records(log, as_of):
+    for record in latest_records(log, as_of, allow_inexact=allow_inexact):
         assert record.key is not None and record.value is not None
         result[record.key] = record.value
     return result
 
 
-__all__ = ["latest_batches", "latest_dict", "latest_records"]
+__all__ = ["check_exact", "latest_batches", "latest_dict", "latest_records"]

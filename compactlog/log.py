@@ -32,7 +32,7 @@ from .errors import (
     RecordTooLargeError,
 )
 from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
-from .fsio import DEFAULT_FS, FileSystem
+from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
     read_log_head,
@@ -43,6 +43,7 @@ from .head import (
 )
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
+from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter, encode_within_segment
@@ -61,6 +62,11 @@ class Log:
     is refused with :class:`LogLockedError` naming this process's pid (and an exclusive open
     is refused while another writer has the log open). Readers, subscribers and read-only
     tools are unaffected; the lock goes with the process if it is killed.
+
+    Keys and values are converted by the formats the log declares (``key_format``,
+    ``value_format``) or by ``key_serializer``/``value_serializer`` and
+    ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
+    names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
     """
 
     def __init__(
@@ -71,10 +77,23 @@ class Log:
         read_only: bool = False,
         exclusive: bool = False,
         clock: Callable[[], int] | None = None,
+        key_serializer: Serializer | str | None = None,
+        value_serializer: Serializer | str | None = None,
+        key_deserializer: Deserializer | str | None = None,
+        value_deserializer: Deserializer | str | None = None,
+        raw: bool = False,
         _fs: FileSystem | None = None,
         **config: Any,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(path))
+        self._raw = raw
+        self._conversions = {
+            "key_serializer": key_serializer,
+            "value_serializer": value_serializer,
+            "key_deserializer": key_deserializer,
+            "value_deserializer": value_deserializer,
+        }
+        self.serde: Serde = RAW
         self.read_only = read_only
         if exclusive and read_only:
             raise ConfigError("exclusive=True is for writers; a read_only open takes no lock")
@@ -90,6 +109,7 @@ class Log:
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
         self._plain_installed = False  # whether append is the plain path's (single.py)
+        self._own_append = False  # whether this object has an append of its own
         try:
             self.meta = self._load_or_create(create, config)
             if not read_only:
@@ -130,7 +150,7 @@ class Log:
         if not os.path.isdir(self.directory):
             if not create or self.read_only:
                 raise NotALogError("no such log directory", path=self.directory)
-            os.makedirs(self.directory, exist_ok=True)
+            make_directories(self.fs, self.directory)
         if self.read_only:
             return self._load_or_create_locked(create, config)
         self._refuse_foreign_directory()  # before a lock file is put into it
@@ -198,6 +218,11 @@ class Log:
     @meta.setter
     def meta(self, meta: Meta) -> None:
         self._meta = meta
+        if not self._raw:
+            config = meta.config
+            self.serde = serde_for(
+                self.directory, config.key_format, config.value_format, **self._conversions
+            )
         self._choose_append_path()  # the config may have changed what append() may skip
 
     def _choose_append_path(self) -> None:
@@ -205,31 +230,41 @@ class Log:
         for plain records (``single.build_plain_append``: bytes key and value, no headers,
         the wall clock, one frame from the call to the ``pwrite``) where nothing between the
         two would touch the record: a writer with no buffer (``SegmentWriter.plain_single``)
-        on the plain file system, no compression and the default clock. Otherwise, and once
-        closed, ``append`` is :meth:`Log.append` itself."""
+        on the plain file system, no compression, the default clock and no fsync per append
+        (``sync="always"`` publishes a record only once it is synced: the general path).
+        Otherwise, and once closed, ``append`` is :meth:`Log.append` itself. A log whose keys
+        or values are serialized gets an ``append`` that serializes, then calls either."""
         config = self._meta.config
         writer = self.writer
+        general = Log.append.__get__(self)
+        append = general
         if (
             writer is not None
             and writer.plain_single
             and writer.plain_fs
+            and writer.config.sync != "always"  # (it publishes after the fsync: the general path)
             and config.compression == "none"
             and self._wall_clock
             and not self._closed
         ):
-            general = Log.append.__get__(self)
             plain = build_plain_append(writer, config.max_record_bytes, general)
-            self.append = functools.update_wrapper(plain, general)  # type: ignore[method-assign]
-            self._plain_installed = True
-        else:
+            append = functools.update_wrapper(plain, general)
+        if self.serde.serializes and not self._closed:
+            append = functools.update_wrapper(serializing_append(append, self.serde), general)
+        if append is general:
             self._remove_plain_append()
+        else:
+            self.append = append  # type: ignore[method-assign]
+            self._own_append = True
+            self._plain_installed = not self.serde.serializes
 
     def _remove_plain_append(self) -> None:
         # (by attribute, never through self.__dict__: asking for the dict of an instance
         # makes CPython keep its attributes in a real dict from then on, and every attribute
         # load of Log.append's general path measurably slower: 0.1 us per precommit append)
-        if self._plain_installed:
-            self._plain_installed = False
+        self._plain_installed = False
+        if self._own_append:
+            self._own_append = False
             del self.append
 
     @property
@@ -279,10 +314,22 @@ class Log:
             return head.end_offset
         if self.writer is not None:
             return self.writer.end_offset
-        last = 0
-        for batch in iter_batches(self.directory, self._first_base(), None):
-            last = batch.next_offset
-        return max(last, self.start_offset)
+        return self._recovered_end()
+
+    def _recovered_end(self) -> int:
+        """The end offset when no live writer stands behind a head (there is none yet, or
+        only one from before a power loss or reboot): where the next writer's recovery will
+        start new offsets, past the valid data of the newest segment, the last head's end
+        offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
+        bases = list_segments(self.directory)
+        last = max(self.start_offset, bases[-1] if bases else 0)
+        if bases:
+            for batch in iter_batches(self.directory, bases[-1], None):
+                last = max(last, batch.next_offset)
+        stale = read_log_head(self.directory, any_boot=True)
+        return max(
+            [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
+        )
 
     @property
     def start_offset(self) -> int:
@@ -370,10 +417,12 @@ class Log:
         segment); returns the range of offsets assigned, consecutive and in order.
 
         ``timestamp_ms`` stamps every record alike; ``timestamps_ms`` and ``headers`` give one
-        per record instead.
+        per record instead. Keys and values are serialized as :meth:`append` does.
         """
         self._writable()
         items = records if isinstance(records, list | tuple) else list(records)
+        if self.serde.serializes:
+            items = self.serde.dump_pairs(items)
         if not items:
             end = self.end_offset
             return range(end, end)
@@ -492,7 +541,16 @@ class Log:
         """Make every append so far visible to readers and durable (all sync policies)."""
         writer = self._writable()
         writer.materialize()
-        writer.sync_all()
+        writer.sync_all(record_point=True)
+
+    async def flush_async(self) -> None:
+        """:meth:`flush` from a coroutine: every append so far is durable (as with
+        ``sync="always"``) when this returns. The ``fsync`` runs in the event loop's default
+        executor, so the loop keeps serving other tasks meanwhile."""
+        import asyncio
+
+        self._writable()
+        await asyncio.get_running_loop().run_in_executor(None, self.flush)
 
     # -- reading -----------------------------------------------------------------------
     def read_batches(
@@ -509,11 +567,13 @@ class Log:
         stop = self.end_offset if end is None else end
         return iter_batches(self.directory, first, stop)
 
-    def read(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
-        """Records with offsets in ``[start, end)`` in offset order."""
-        return itertools.chain.from_iterable(
-            map(RecordBatch.records, self.read_batches(start, end))
-        )
+    def read(
+        self, start: int | None = None, end: int | None = None, *, raw: bool = False
+    ) -> Iterator[Record]:
+        """Records with offsets in ``[start, end)`` in offset order, keys and values
+        deserialized (``raw=True``: as stored, bytes)."""
+        convert = RecordBatch.records if raw else self.serde.records
+        return itertools.chain.from_iterable(map(convert, self.read_batches(start, end)))
 
     def get_segments(self) -> list[int]:
         return list_segments(self.directory)
@@ -559,17 +619,18 @@ class Log:
         self._check_open()
         return list_checkpoints(self.directory)
 
-    def subscribe(self, name: str, *, start: int | None = None) -> Any:
+    def subscribe(self, name: str, *, start: int | None = None, raw: bool = False) -> Any:
         """A subscriber: durable (checkpointed) or, for names starting with ``~``, transient.
 
         A durable name has one consumer at a time in all processes and threads: while one
         is open, this raises :class:`SubscriberBusyError` naming the holder's pid.
-        :meth:`close` closes every subscriber made here.
+        :meth:`close` closes every subscriber made here. Its ``poll`` deserializes keys and
+        values as :meth:`read` does (``raw=True``: bytes).
         """
         from .subscriber import Subscriber
 
         self._check_open()
-        subscriber = Subscriber(self, name, start=start)
+        subscriber = Subscriber(self, name, start=start, serde=RAW if raw else self.serde)
         self._subscribers.add(subscriber)
         if self._closed:  # close() ran in another thread meanwhile and missed this one
             subscriber.close()
@@ -602,19 +663,36 @@ class Log:
         self._writable()
         return compact_log(self, force=force, now_ms=now_ms, progress=progress)
 
-    def latest(self, as_of: int | None = None) -> Iterator[Record]:
-        """The latest non-tombstone record of every key among offsets below ``as_of``."""
-        from .latest import latest_records
+    def latest(
+        self, as_of: int | None = None, *, allow_inexact: bool = False, raw: bool = False
+    ) -> Iterator[Record]:
+        """The latest non-tombstone record of every key among offsets below ``as_of``, keys
+        and values deserialized (``raw=True``: bytes). ``as_of`` below the cleaner point
+        raises ``InexactReadError`` (naming the lowest exact offset) unless
+        ``allow_inexact`` (``compactlog.latest.check_exact``)."""
+        from .latest import latest_batches
 
         self._check_open()
-        return latest_records(self, as_of)
+        convert = RecordBatch.records if raw else self.serde.records
+        batches = latest_batches(self, as_of, allow_inexact=allow_inexact)
+        return itertools.chain.from_iterable(map(convert, batches))
 
-    def latest_batches(self, as_of: int | None = None) -> Iterator[RecordBatch]:
+    def latest_batches(
+        self, as_of: int | None = None, *, allow_inexact: bool = False
+    ) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
         from .latest import latest_batches
 
         self._check_open()
-        return latest_batches(self, as_of)
+        return latest_batches(self, as_of, allow_inexact=allow_inexact)
+
+    def table(self, **options: Any) -> Any:
+        """The latest state as a live mapping that follows this log's appends (from any
+        process): a :class:`compactlog.table.Table`; see it for ``options``."""
+        from .table import Table
+
+        self._check_open()
+        return Table(self.directory, **options)
 
     # -- snapshots ---------------------------------------------------------------------
     def snapshot(self, dest: str | os.PathLike[str]) -> Any:

@@ -10,15 +10,23 @@
    While a cleaner (or retention, or a snapshot) holds it, passes 2-4 are skipped: that
    process is replacing closed segments right now, so a listing of them is not stable, and
    it resolves leftovers itself under the same lock. The next open checks them.
-3. Check every segment's file header (foreign or newer files are refused), find orphan
-   indexes (a segment deleted behind the log's back: :class:`MissingSegmentError`), drop
-   segments wholly below the log start offset (an interrupted retention pass).
+3. Check every closed segment's file header (foreign or newer files are refused), find
+   orphan indexes (a segment deleted behind the log's back: :class:`MissingSegmentError`;
+   an index newer than every segment and past the sync point is a roll a power loss took
+   back, removed), drop segments wholly below the log start offset (an interrupted
+   retention pass).
 4. Rebuild missing or inconsistent indexes of closed segments.
-5. Validate the active segment's tail: skipped when the clean-shutdown marker matches the
-   head; otherwise the tail past what the head vouches for is checked batch by batch and a
-   torn tail truncated (the bytes dropped are reported).
+5. Validate the newest segment's tail. Skipped when the clean-shutdown marker matches the
+   head (the head is then a fact). Otherwise the head is only a hint (``.lock`` is never
+   fsynced) and :func:`_recover_tail` validates from the index or the segment's start,
+   using the *sync point* (head.py) to tell what a power loss may have left half-written
+   (past it: cut at the first invalid batch, logged as a WARNING and reported) from
+   corruption (before it: :class:`CorruptLogError`).
 6. Materialize a precommit buffer left pending by a dead process (flagged in the head or
    not: entries still in the buffer at open belong to a stopped writer).
+7. After a crash, keep offsets unique (:func:`_keep_offsets_unique`): the next offset is at
+   least the head's end offset and every durable subscriber checkpoint, so records lost
+   with unsynced data never have their offsets handed out again.
 
 :func:`repair` (``jlogctl repair``) runs the same passes but fixes instead of refusing, and
 goes further: checkpoints below the log start, a stale log start offset, every index
@@ -27,6 +35,7 @@ checked in full, corrupt regions moved to quarantine files. It never deletes a v
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +46,20 @@ from . import filenames, swap
 from .errors import CorruptLogError, LogLockedError, MissingSegmentError
 from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
 from .fsio import FileSystem
-from .head import Head, decode_head, encode_head, read_head, try_lock_exclusive, unlock
+from .head import (
+    BOOT,
+    BOOT_AT,
+    BOOT_END,
+    SYNC_POINT_END,
+    Head,
+    decode_head,
+    decode_sync_point,
+    encode_head,
+    read_head,
+    read_sync_point,
+    try_lock_exclusive,
+    unlock,
+)
 from .retention import remove_below_start
 from .segment import (
     HEADER_SIZE,
@@ -52,6 +74,8 @@ from .segment import (
 
 if TYPE_CHECKING:
     from .log import Log
+
+logger = logging.getLogger(__name__)
 
 
 def _entries(directory: str) -> list[tuple[str, filenames.ParsedName]]:
@@ -125,25 +149,20 @@ def recover_on_open(log: Log) -> list[str]:
         if quiet:
             _clear_rewrites(log, report)
             _check_closed_segments(log, report)
-    # 5. and 6.
-    bases = list_segments(directory)
-    marker = _read_clean_shutdown(directory)
+    # 5.
     head = read_head(writer.lock_fd)
-    clean = marker is not None and head is not None and marker == head
-    if (
-        bases
-        and clean
-        and head is not None
-        and os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
-    ):
-        writer._refresh(head)
+    if _closed_cleanly(directory, head):
+        writer._refresh(head, recovering=True)
     else:
-        writer._refresh(head, trust_head=False)
+        _recover_tail(log, head, report)
     if writer.torn_bytes_dropped:
         report.append(f"truncated a torn tail of {writer.torn_bytes_dropped} bytes")
+    for path, position, length in writer.cut_tails:
+        report.append(f"{os.path.basename(path)}: cut {length} bytes at byte {position}")
     for base in writer.rebuilt_indexes:
         report.append(f"rebuilt index {filenames.index_name(base)}")
     writer.torn_bytes_dropped = 0
+    writer.cut_tails.clear()
     writer.rebuilt_indexes.clear()
     # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
     #    alone (a repair resets the head): entries still in the buffer belong to a dead
@@ -156,8 +175,100 @@ def recover_on_open(log: Log) -> list[str]:
             f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
         )
     writer.precommit_recovered = 0
+    # 7.
+    if not _closed_cleanly(directory, head):
+        _keep_offsets_unique(log, head, report)
+    writer.awaiting_recovery = False
+    writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)
     _remove_clean_shutdown(log)
     return report
+
+
+def _closed_cleanly(directory: str, head: Head | None) -> bool:
+    """Whether the last writer closed the log (its marker matches the head and the newest
+    segment ends where the head says): then the head is a fact, not a hint."""
+    marker = _read_clean_shutdown(directory)
+    if marker is None or head is None or marker != head:
+        return False
+    try:
+        return os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
+    except FileNotFoundError:
+        return False
+
+
+def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
+    """Pass 5 after a crash, which may have been a power loss: the head in ``.lock`` is a
+    hint (it is never fsynced), the sync point is the durable truth (head.py).
+
+    a. A segment the sync point names (or one before it) that is gone held synced data: a
+       :class:`MissingSegmentError` (``repair`` accepts the loss). A newer segment that the
+       head names but that does not exist was created by a roll that a power loss (or a
+       death before the file was created) took back: nothing in it was ever synced.
+    b. The newest segment is validated from its start, or from the sync point: past it, the
+       first invalid batch ends the data even when valid bytes follow, and a missing or
+       all-zero file header means an empty segment; each cut is logged and reported.
+    """
+    writer = log.writer
+    assert writer is not None
+    directory = log.directory
+    point = decode_sync_point(bytes(writer.head_map[:SYNC_POINT_END]))
+    bases = list_segments(directory)
+    newest = bases[-1] if bases else None
+    # a.
+    lost = None
+    if point is not None and point.size > HEADER_SIZE and (newest is None or point.base > newest):
+        lost = point.base
+    if lost is not None:
+        raise MissingSegmentError(
+            f"segment {filenames.segment_name(lost)} is missing, and records in it had been "
+            "synced to disk; run repair to accept the loss",
+            path=directory,
+            position=0,
+        )
+    if head is not None and (newest is None or head.active_base > newest):
+        report.append(
+            f"segment {filenames.segment_name(head.active_base)} named by the head was never "
+            "synced and is gone (a crash during a roll)"
+        )
+    # b.
+    cut_from = 0
+    if point is not None and newest is not None:
+        cut_from = point.durable_end(newest) or 0  # (None: newest < point.base, refused in a.)
+    writer._refresh(
+        None,
+        trust_head=False,
+        cut_from=cut_from,
+        empty_base=log.meta.log_start_offset,
+        recovering=True,
+    )
+
+
+def _keep_offsets_unique(log: Log, head: Head | None, report: list[str]) -> None:
+    """Pass 7 after a crash: never hand out an offset twice.
+
+    Records past the sync point may be gone after a power loss, yet readers may have seen
+    them (under ``"interval"`` and ``"os"`` a record is visible before it is synced) and
+    subscribers may have committed past them. So the next offset is at least the head's end
+    offset (what was last published) and every durable checkpoint; if the data recovered
+    ends below that, the writer rolls to an empty segment at that offset and the lost
+    offsets stay unused. The new segment is synced with its directory entry at once.
+    """
+    from .state_files import list_checkpoints
+
+    writer = log.writer
+    assert writer is not None
+    published = head.end_offset if head is not None else 0
+    target = max([published, *list_checkpoints(log.directory).values()])
+    if target <= writer.end_offset:
+        return
+    lost_from = writer.end_offset
+    writer.skip_to(target)
+    message = (
+        f"offsets {lost_from} to {target - 1} were published or committed but their records "
+        f"were not on disk after the crash (unsynced data lost); the next offset is {target}"
+    )
+    logger.warning("%s: %s", log.directory, message)
+    report.append(message)
 
 
 def _check_closed_segments(log: Log, report: list[str]) -> None:
@@ -171,14 +282,20 @@ def _check_closed_segments(log: Log, report: list[str]) -> None:
         if p.kind is filenames.FileKind.SEGMENT and p.base_offset is not None
     )
     indexes = {p.base_offset for _n, p in names if p.kind is filenames.FileKind.INDEX}
+    point = read_sync_point(directory)
     for orphan in sorted(b for b in indexes if b not in bases and b is not None):
+        if (not bases or orphan > bases[-1]) and (point is None or orphan > point.base):
+            # a roll's index whose segment a power loss took back: nothing was synced in it
+            log.fs.remove(os.path.join(directory, filenames.index_name(orphan)))
+            report.append(f"removed index {filenames.index_name(orphan)} of a segment never synced")
+            continue
         raise MissingSegmentError(
             f"segment {filenames.segment_name(orphan)} is missing but its index exists: "
             "offsets would be lost; run repair to accept the loss",
             path=directory,
             position=0,
         )
-    for base in bases:
+    for base in bases[:-1]:  # (the newest one's header: pass 5, which may rewrite it)
         path = segment_path(directory, base)
         with open(path, "rb") as handle:
             check_segment_header(path, handle.read(HEADER_SIZE))

@@ -42,7 +42,7 @@ from .format import (
     scan_small_run,
 )
 from .fsio import FileSystem
-from .head import Head, read_log_head
+from .head import Head, read_log_head, read_sync_point
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
@@ -112,12 +112,16 @@ def scan_segment(
     index_interval: int | None = None,
     last_indexed: int = -1,
     origin: int = 0,
+    tolerate_from: int | None = None,
 ) -> ScanResult:
     """Validate every batch from ``start`` to the end of ``data``.
 
     ``data`` is the file's bytes from byte ``origin`` on (the whole file by default).
     Positions in the result are positions in ``data``; positions in errors are positions in
-    the file. Raises :class:`CorruptLogError` when an invalid batch is followed by valid data.
+    the file. Raises :class:`CorruptLogError` when an invalid batch is followed by valid data,
+    unless it lies at or past ``tolerate_from`` (a position in ``data``: past the sync point,
+    where a power loss may have kept later writes and lost earlier ones), where it ends the
+    valid data like a torn tail.
     """
     end = len(data)
     pos = start
@@ -128,7 +132,8 @@ def scan_segment(
     while pos < end:
         header, reason = check_batch(data, pos, end)
         if header is None:
-            following = find_next_valid_batch(data, pos, end)
+            tolerated = tolerate_from is not None and pos >= tolerate_from
+            following = None if tolerated else find_next_valid_batch(data, pos, end)
             if following is not None:
                 raise CorruptLogError(
                     f"{reason}; valid data follows at byte {origin + following}",
@@ -137,6 +142,8 @@ def scan_segment(
                 )
             return ScanResult(pos, next_offset, end - pos, first_ts, entries)
         if next_offset is not None and header.base_offset < next_offset:
+            if tolerate_from is not None and pos >= tolerate_from:
+                return ScanResult(pos, next_offset, end - pos, first_ts, entries)
             raise CorruptLogError(
                 f"batch offset {header.base_offset} is not after {next_offset - 1}",
                 path=path,
@@ -169,9 +176,22 @@ def read_index(directory: str, base: int) -> np.ndarray | None:
     if check_file_header(data, INDEX_MAGIC):
         return None
     usable = (len(data) - HEADER_SIZE) // INDEX_ENTRY.size * INDEX_ENTRY.size
-    return np.frombuffer(data, dtype=np.uint32, count=usable // 4, offset=HEADER_SIZE).reshape(
-        -1, 2
-    )
+    entries = np.frombuffer(data, dtype=np.uint32, count=usable // 4, offset=HEADER_SIZE)
+    return _increasing_prefix(entries.reshape(-1, 2))
+
+
+def _increasing_prefix(entries: np.ndarray) -> np.ndarray:
+    """The entries up to the first that does not move forward in offset and position (an
+    index is never fsynced: after a power loss its tail may be zeros or older entries)."""
+    if len(entries) < 2:
+        return entries if not len(entries) or entries[0, 1] >= HEADER_SIZE else entries[:0]
+    rel = entries[:, 0].astype(np.int64)
+    pos = entries[:, 1].astype(np.int64)
+    bad = np.flatnonzero((np.diff(rel) <= 0) | (np.diff(pos) <= 0))
+    keep = len(entries) if not len(bad) else int(bad[0]) + 1
+    if pos[0] < HEADER_SIZE:
+        keep = 0
+    return entries[:keep]
 
 
 def lookup_position(entries: np.ndarray | None, base: int, offset: int) -> int:
@@ -251,7 +271,20 @@ class SegmentReader:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise MissingSegmentError("segment file vanished", path=self.path, position=0) from None
-        check_segment_header(self.path, read_all(self.fd, 0, HEADER_SIZE))
+        # the newest segment may have no header yet: a roll between creating the file and
+        # writing it, or a power loss that kept the file but not its never-synced bytes
+        header = read_all(self.fd, 0, HEADER_SIZE)
+        self.empty = (
+            last_segment
+            and header != SEGMENT_FILE_HEADER
+            and unsynced_header(header, unsynced_from(directory, base))
+        )
+        if not self.empty:
+            try:
+                check_segment_header(self.path, header)
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -357,6 +390,8 @@ class SegmentReader:
     def readable_size(self) -> int:
         """Where the data ends: the file's size, for the newest segment bounded by the
         writers' head (:func:`bound_by_head`)."""
+        if self.empty:
+            return HEADER_SIZE
         size = os.fstat(self.fd).st_size
         if self.last_segment:
             return bound_by_head(size, self.base, read_log_head(self.directory))
@@ -395,9 +430,13 @@ class SegmentReader:
 
     def _bad_batch(self, pos: int, reason: str, size: int) -> None:
         """An invalid batch: a not-yet-complete tail of the newest segment ends the read,
-        anything else is corruption."""
+        and so does one past the sync point (head.py: after a power loss, unsynced writes may
+        have reached the disk in any order, and the next writer cuts them); anything else is
+        corruption."""
         if self.last_segment and only_zeros(read_all(self.fd, pos, size - pos)):
             return  # room an exclusive writer reserved (its head could not be read)
+        if self.last_segment and pos >= unsynced_from(self.directory, self.base):
+            return
         data = read_all(self.fd, 0, size)
         following = find_next_valid_batch(data, pos, len(data))
         if following is None and self.last_segment:
@@ -408,6 +447,26 @@ class SegmentReader:
             else " in a closed segment"
         )
         raise CorruptLogError(reason + detail, path=self.path, position=pos)
+
+
+def unsynced_header(header: bytes, unsynced_from: int) -> bool:
+    """Whether a newest segment's first bytes are a file header not written yet: missing or
+    cut short (a roll between creating the file and writing its header), or, when nothing
+    of the file is known to be on disk (``unsynced_from`` 0, see :func:`unsynced_from`),
+    anything without the segment magic (a power loss kept the file but not its header)."""
+    if len(header) < HEADER_SIZE and header == SEGMENT_FILE_HEADER[: len(header)]:
+        return True
+    return unsynced_from == 0 and header[: len(SEGMENT_MAGIC)] != SEGMENT_MAGIC
+
+
+def unsynced_from(directory: str, base: int) -> int:
+    """The byte of the newest segment ``base`` from which nothing is known to be on disk
+    (the sync point in ``.lock``; 0 when there is none)."""
+    point = read_sync_point(directory)
+    if point is None:
+        return 0
+    end = point.durable_end(base)
+    return 1 << 62 if end is None else end
 
 
 def new_segment_bytes() -> bytes:

@@ -48,18 +48,20 @@ skips.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import ctypes
 import ctypes.util
 import errno
 import fcntl
 import logging
+import math
 import os
 import select
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,6 +70,7 @@ import numpy as np
 from . import filenames
 from .errors import (
     CorruptLogError,
+    DecodeError,
     LogClosedError,
     MissingSegmentError,
     SubscriberBusyError,
@@ -75,6 +78,7 @@ from .errors import (
 )
 from .format import (
     BATCH_HEADER,
+    SEGMENT_FILE_HEADER,
     Record,
     RecordBatch,
     check_batch,
@@ -83,7 +87,14 @@ from .format import (
     read_batch_header,
     scan_small_run,
 )
-from .head import DOORBELL, Head, SharedBytes, map_lock_file_if_present, read_head, read_log_head
+from .head import (
+    DOORBELL,
+    Head,
+    SharedBytes,
+    map_lock_file_if_present,
+    read_log_head,
+    read_published_head,
+)
 from .reader import iter_batches, trim_batch
 from .segment import (
     HEADER_SIZE,
@@ -96,7 +107,10 @@ from .segment import (
     read_index,
     segment_data_size,
     segment_path,
+    unsynced_from,
+    unsynced_header,
 )
+from .serde import RAW, Serde
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
 
 if TYPE_CHECKING:
@@ -484,8 +498,11 @@ def set_committed(log: Log, name: str, offset: int, *, force: bool = False) -> i
 # -- waiting -------------------------------------------------------------------------------
 
 
-class _Watcher:
-    """Waits for the head in ``.lock`` to change: inotify where it works, else short sleeps."""
+class HeadWatcher:
+    """Waits for the head in ``.lock`` to change: inotify where it works, else short sleeps.
+
+    :meth:`wait` blocks a thread; ``aio.py`` watches :attr:`fd` from an event loop instead,
+    with the same :meth:`ring_for_me` and :meth:`drain`."""
 
     IN_MODIFY = 0x2
     IN_ATTRIB = 0x4
@@ -518,7 +535,7 @@ class _Watcher:
             self.doorbell.close()
             self.doorbell = None
 
-    def _ring_for_me(self) -> None:
+    def ring_for_me(self) -> None:
         """Ask the next writer to ``pwrite`` the head (see ``head.py``): a store into the
         map, which makes no inotify event for the other sleepers. Call before the last
         check of the head, so that a writer publishing after that check finds it set."""
@@ -530,7 +547,8 @@ class _Watcher:
         if not doorbell[DOORBELL]:
             doorbell[DOORBELL] = 1
 
-    def _drain(self) -> bool:
+    def drain(self) -> bool:
+        """Read away the pending inotify events; whether there were any."""
         got = False
         while True:
             try:
@@ -547,20 +565,20 @@ class _Watcher:
         return self._wait_sleeping(ready, deadline)
 
     def _wait_inotify(self, ready: Callable[[], bool], deadline: float) -> bool:
-        self._drain()  # events from before the check below are stale
+        self.drain()  # events from before the check below are stale
         while True:
-            self._ring_for_me()
+            self.ring_for_me()
             if ready():
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             readable, _, _ = select.select([self.fd], [], [], min(remaining, INOTIFY_SAFETY_S))
-            got = self._drain() if readable else False
+            got = self.drain() if readable else False
             if got:
                 self.missed = 0
             elif ready():
-                if self._drain():
+                if self.drain():
                     self.missed = 0  # the event came between the timeout and the check
                     return True
                 # the head moved without an event: a ring lost to a race (rare), no map of
@@ -608,7 +626,7 @@ class _Descriptors:
         self.lock_fd = -1
         self.name_lock_fd = -1  # durable names: the flock making this the only consumer
         self.cursor: _Cursor | None = None
-        self.watcher: _Watcher | None = None
+        self.watcher: HeadWatcher | None = None
 
     def drop_cursor(self) -> None:
         if self.cursor is not None:
@@ -637,8 +655,11 @@ class Subscriber:
     dies). :meth:`Log.close` closes every subscriber the log made.
     """
 
-    def __init__(self, log: Log, name: str, *, start: int | None = None) -> None:
+    def __init__(
+        self, log: Log, name: str, *, start: int | None = None, serde: Serde = RAW
+    ) -> None:
         self.log = log
+        self.serde = serde  # how poll() converts keys and values (serde.py)
         self.name = validate_name(name)
         self.transient = is_transient(name)
         self.directory = log.directory
@@ -676,6 +697,19 @@ class Subscriber:
             # an existing checkpoint wins over ``start``: ``start`` places a *new* subscriber
             self._position = committed
             self._check_log_start()
+            end = self._end_offset()
+            if committed > end:
+                # only after a power loss took back records this subscriber had committed
+                # past (possible under sync "interval"/"os"); the next writable open skips
+                # those offsets (recovery._keep_offsets_unique), so none is reused
+                logger.warning(
+                    "%s: subscriber %r committed offset %d, past the log's end offset %d: "
+                    "records it had read were lost with unsynced data in a crash",
+                    self.directory,
+                    name,
+                    committed,
+                    end,
+                )
         elif self.transient:
             self._position = self._end_offset() if start is None else self._clamp(start)
         else:
@@ -730,10 +764,22 @@ class Subscriber:
         ``max_bytes`` bounds the batch bytes read (at least one record is returned when
         any is there). ``timeout_s > 0`` waits that long for records, also ones appended
         by other processes; ``0`` returns at once. Returns ``[]`` when there is none.
+        Keys and values are deserialized as the log's ``read`` does; a record that does
+        not decode raises :class:`DecodeError` and the position stays where it was (seek
+        past ``error.offset``, or read it with a ``raw=True`` subscriber).
         """
         records: list[Record] = []
-        for batch in self.poll_batches(max_records, max_bytes, timeout_s):
-            records.extend(batch.records())
+        convert = self.serde.records
+        before = self._position
+        batches = self.poll_batches(max_records, max_bytes, timeout_s)
+        try:
+            for batch in batches:
+                records.extend(convert(batch))
+        except DecodeError:
+            with self._lock:
+                self._fds.drop_cursor()
+                self._position = before
+            raise
         return records
 
     def poll_batches(
@@ -771,6 +817,45 @@ class Subscriber:
                     self._check_open()
                     return []
                 self._check_open()
+
+    async def poll_async(
+        self, max_records: int = 1000, max_bytes: int | None = None, timeout_s: float = 0
+    ) -> list[Record]:
+        """:meth:`poll` for a coroutine: waits up to ``timeout_s`` (``math.inf``: until
+        records come) without blocking the event loop or taking a thread; the wake-up is
+        this log's shared watch in the running loop (``aio.py``)."""
+        from .aio import wait_until
+
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0:
+            raise SubscriberError(f"timeout_s must be a number >= 0, not {timeout_s!r}")
+        deadline = time.monotonic() + timeout_s
+        delay = SLEEP_MIN_S
+        while True:
+            before = self._position
+            records = self.poll(max_records, max_bytes, 0)
+            remaining = deadline - time.monotonic()
+            if records or remaining <= 0:
+                return records
+            if self._position == before and self._head_has_more():
+                # the head promises records the files do not show yet (see poll_batches)
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, SLEEP_MAX_S)
+                continue
+            await wait_until(self.directory, self._wake, remaining)
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        """``async for record in subscriber``: every record from the position on, waiting
+        for appends as they come; ends when the subscriber (or its log) is closed."""
+        return self._records_async()
+
+    async def _records_async(self) -> AsyncIterator[Record]:
+        while True:
+            try:
+                records = await self.poll_async(timeout_s=math.inf)
+            except LogClosedError:
+                return
+            for record in records:
+                yield record
 
     def commit(self, offset: int | None = None) -> None:
         """Persist the position (or ``offset``, at most the position) atomically.
@@ -879,7 +964,7 @@ class Subscriber:
                 )
             except FileNotFoundError:
                 return None
-        return read_head(self._fds.lock_fd)
+        return read_published_head(self._fds.lock_fd)
 
     def _end_offset(self) -> int:
         head = self._head()
@@ -892,9 +977,9 @@ class Subscriber:
         head = self._head()
         return head is None or head.end_offset > self._position
 
-    def _watcher(self) -> _Watcher:
+    def _watcher(self) -> HeadWatcher:
         if self._fds.watcher is None:
-            self._fds.watcher = _Watcher(os.path.join(self.directory, filenames.WRITER_LOCK))
+            self._fds.watcher = HeadWatcher(os.path.join(self.directory, filenames.WRITER_LOCK))
         return self._fds.watcher
 
     # -- internals: reading ----------------------------------------------------------------
@@ -955,9 +1040,15 @@ class Subscriber:
                 self._check_log_start()  # retention removed it meanwhile
                 continue
             try:
-                check_segment_header(
-                    segment_path(self.directory, base), read_all(fd, 0, HEADER_SIZE)
-                )
+                header = read_all(fd, 0, HEADER_SIZE)
+                if (
+                    base == bases[-1]
+                    and header != SEGMENT_FILE_HEADER
+                    and unsynced_header(header, unsynced_from(self.directory, base))
+                ):
+                    os.close(fd)
+                    return None  # a newest segment whose header is not written (yet)
+                check_segment_header(segment_path(self.directory, base), header)
                 pos = self._validated_hint(fd, base)
                 cursor = _Cursor(base, fd, os.fstat(fd).st_ino, pos)
             except BaseException:
@@ -1033,6 +1124,8 @@ class Subscriber:
             offset = 0
             header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
         if header is None:
+            if cursor.pos >= unsynced_from(self.directory, cursor.base):
+                return None  # after a power loss, before the next writer cuts it (head.py)
             raise CorruptLogError(
                 f"{reason} (within what the head says is written)",
                 path=segment_path(self.directory, cursor.base),

@@ -3,15 +3,21 @@
 Crash protocol of :func:`replace_segments` (caller holds the cleaner lock; the rewrite
 ``<first>.log.rw`` and ``<first>.idx.rw`` are complete):
 
-1. fsync both ``.rw`` files. Death here: recovery removes them (old state).
+1. fsync both ``.rw`` files, then the directory, so that their entries are on disk before
+   the intent that relies on them (a file system that reorders metadata, btrfs-like, could
+   otherwise keep the intent and lose the ``.log.rw``, and recovery would complete a swap
+   whose new segment is gone). Death here: recovery removes them (old state).
 2. Write the intent file ``cleaner.swap`` (atomic) naming the first segment and the ones the
    group replaces. Death here: ``.rw`` files still exist, so recovery rolls back: removes
    them and the intent (old state), and rebuilds the first segment's index.
 3. Rename ``.idx.rw`` over the index, then ``.log.rw`` over the segment (atomic each).
    Death between the two renames: the ``.log.rw`` still exists, so recovery rolls back as
    in 2 (the index is rebuilt from the old segment).
-4. Remove the other segments of the group with their indexes. Death here: the ``.log.rw``
-   is gone, so recovery completes the swap: removes what the intent names (new state).
+4. fsync the directory (the renames reach the disk before any removal: otherwise a power
+   loss could keep the removals and lose the rename, and with it the records the removed
+   segments held), then remove the other segments of the group with their indexes. Death
+   here: the ``.log.rw`` is gone, so recovery completes the swap: removes what the intent
+   names (new state).
 5. fsync the directory, then remove the intent.
 
 Readers are never confused in between: they follow offsets, and every record a removed
@@ -40,12 +46,14 @@ def replace_segments(fs: FileSystem, directory: str, first: int, others: list[in
             fs.fsync(fd)
         finally:
             fs.close(fd)
+    fs.fsync_dir(directory)
     # 2.
     fs.write_atomic(directory, SWAP_INTENT, json.dumps({"first": first, "others": others}).encode())
     # 3.
     fs.rename(idx_rw, index_path(directory, first))
     fs.rename(log_rw, segment_path(directory, first))
     # 4.
+    fs.fsync_dir(directory)
     _remove_segments(fs, directory, others)
     # 5.
     fs.fsync_dir(directory)

@@ -19,22 +19,31 @@ process dies at each step):
 Crash protocol of :meth:`SegmentWriter._roll`:
 
 0. Cut the room an exclusive writer reserved past the data (``tailmap.py``) off the old
-   segment: death before it leaves that segment active in the head, with the zeros past
-   its data that the next writer truncates.
+   segment, and ``fdatasync`` it (under every sync policy: one per segment): death or a
+   power loss before the sync leaves that segment active in the head, with the zeros past
+   its data that the next writer truncates, or its unsynced tail, which the next writer
+   validates. After it, the segment is whole on disk, so no power loss can ever leave a
+   *closed* segment with a torn or half-written tail.
 1. Publish a head naming the new base with size 0 (and the precommit-pending flag, if
    set): death here leaves no file; the next writer creates it.
 2. Create ``<base>.log`` with its file header (and its index): a torn header with no data
-   is rewritten by the next writer.
+   is rewritten by the next writer; after a power loss the file may be missing, empty or
+   all zeros, all of which the next writer takes for an empty newest segment. The next
+   sync fsyncs the directory (before any record in the segment is acknowledged) and makes
+   the sync point naming the new segment durable.
 
-Durability: ``sync="always"`` fsyncs before ``append*`` returns, with group commit: the first
-waiting thread fsyncs for everyone written so far while the others wait for it.
-``"interval"`` fsyncs from a background thread; ``"os"`` leaves it to the kernel. ``flush()``
-fsyncs under every policy.
+Durability: ``sync="always"`` fsyncs before ``append*`` returns, with group commit (threads
+that find the writer busy queue their records, and the next holder writes and syncs them
+together), and before the head publishes the records: readers never see a record a power
+loss could take back. ``"interval"`` fsyncs from a background thread; ``"os"`` leaves it to
+the kernel. ``flush()`` fsyncs under every policy. After each sync the writer stores the sync
+point into ``.lock`` (head.py): what recovery may cut after a power loss starts there.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import time
@@ -43,7 +52,7 @@ from contextlib import contextmanager
 from fcntl import LOCK_EX, LOCK_UN, flock
 from os import pwrite
 from time import monotonic
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import filenames
 from .config import LogConfig
@@ -63,9 +72,12 @@ from .head import (
     FLAG_PRECOMMIT_PENDING,
     HEAD,
     PUBLISHED_SIZE,
+    SYNC_POINT_AT,
+    SYNC_POINT_END,
     WRITING_MARK,
     Head,
     encode_head,
+    encode_sync_point,
     lock_exclusive,
     map_lock_file,
     publish_end_into,
@@ -89,9 +101,21 @@ from .segment import (
 from .tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
 from .tailmap import RETRYABLE, TailWindow, only_zeros
 
+logger = logging.getLogger(__name__)
+
 SPACE_CHECK_SECONDS = 0.5
+SYNC_POINT_SECONDS = 1.0  # how stale the durable sync point may get (see _store_sync_point)
+SYNC_POINT_BYTES = 1 << 20
 SPACE_CHECK_BYTES = 4 << 20
 IOV_MAX = 1024  # buffers per pwritev (Linux's limit)
+
+
+class _SyncJob(NamedTuple):
+    retired: list[int]  # bases of segments left behind since the last sync
+    active_fd: int
+    dir_dirty: bool
+    base: int  # the active segment and its size when the job was taken
+    size: int
 
 
 class ActiveSegment:
@@ -184,10 +208,14 @@ class SegmentWriter:
         self.end_offset = 0
         self.closed = False
         self.torn_bytes_dropped = 0
+        self.cut_tails: list[tuple[str, int, int]] = []  # (file, byte, bytes) cut by recovery
         self.rebuilt_indexes: list[int] = []
         self.precommit_recovered = 0  # entries of a dead writer materialized by this one
         self._flock_held = False
         self._flock_depth = 0
+        # until open-time recovery has run (recovery.recover_on_open), taking the lock does
+        # not catch up with the head: after a crash the head is a hint, and recovery decides
+        self.awaiting_recovery = True
         # True while append_record may skip _prepare_append and the tests it makes for other
         # writers: an exclusive writer holding its flock for good, open, with no buffer, the
         # plain FileSystem and no failed fsync (set by _exclusive once the flock is taken;
@@ -198,8 +226,13 @@ class SegmentWriter:
         self.synced_seq = 0
         self._sync_cond = threading.Condition()
         self._syncing = False
-        self._retired: list[int] = []  # bases of rolled segments not yet fsynced
+        self._retired: list[int] = []  # bases of segments left behind, not yet fsynced
         self._dir_dirty = False
+        # the sync point (head.py): as last stored, and as last made durable
+        self._synced_at = (-1, -1)
+        self._durable_point = (-1, -1)
+        self._durable_point_at = float("-inf")
+        self._force_point = False
         # self-protection
         self._sync_failed: OSError | None = None
         self._next_space_check = float("-inf")  # monotonic time of the next free-space check
@@ -290,13 +323,13 @@ class SegmentWriter:
         head = None
         try:
             self.materialize()
-            self.sync_all()
+            self.sync_all(record_point=True)
             with self.lock, self._exclusive():
-                if self.active is not None:
+                if self.active is not None:  # (None: recovery failed at open)
                     self._cut_reserved(self.active)
-                head = self._current_head()
-                if on_final_head is not None:
-                    on_final_head(head)
+                    head = self._current_head()
+                    if on_final_head is not None:
+                        on_final_head(head)
         finally:
             with self.lock:
                 self.closed = True
@@ -360,16 +393,23 @@ class SegmentWriter:
         flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
         return Head(flags, self.active.base, self.end_offset, self.active.size)
 
-    def _publish_head(self) -> None:
+    def _publish_head(self, *, sync_first: bool = True) -> None:
         """Write the head and clear the writing mark (caller holds both locks).
 
         A store into the mmap of ``.lock``, no system call: readers of any process see it at
-        once (the same page cache) and a ``kill -9`` cannot undo it. inotify does not see a
-        store, so when a subscriber has rung for it (the doorbell, ``head.py``) the head is
-        also written with one ``pwrite``, which wakes every subscriber sleeping on the file.
+        once (the same page cache) and a ``kill -9`` cannot undo it. Under ``sync="always"``
+        what it publishes is made durable first (:meth:`_sync_locked`), unless
+        ``sync_first`` is false: a writer catching up with what another process's writer
+        published (which that writer synced first if its policy asked for it).
+
+        inotify does not see a store, so when a subscriber has rung for it (the doorbell,
+        ``head.py``) the head is also written with one ``pwrite``, which wakes every
+        subscriber sleeping on the file.
         """
         active = self.active
         assert active is not None
+        if self._sync_always and sync_first:
+            self._sync_locked()
         published = self._published
         publish_into(
             published,
@@ -402,15 +442,34 @@ class SegmentWriter:
         mmap and compared with what this process last published (see ``head.py``)."""
         if self.head_map[:PUBLISHED_SIZE] == self._published and self.active is not None:
             return
+        if self.active is None and self.awaiting_recovery:
+            return
         self._refresh(read_head(self.lock_fd))
 
     # -- refresh: learn what other processes (or a crash) did --------------------------
-    def _refresh(self, head: Head | None, *, trust_head: bool = True) -> None:
+    def _refresh(
+        self,
+        head: Head | None,
+        *,
+        trust_head: bool = True,
+        cut_from: int | None = None,
+        empty_base: int = 0,
+        recovering: bool = False,
+    ) -> None:
         """Re-read the directory, open the newest segment, validate its tail.
 
-        Truncates a torn tail (the bytes are counted in ``torn_bytes_dropped``), rebuilds
-        the active index when it disagrees with the segment, and materializes a precommit
-        buffer that a dead process left pending.
+        Truncates a torn tail (the bytes are counted in ``torn_bytes_dropped`` and logged),
+        rebuilds the active index when it disagrees with the segment, and materializes a
+        precommit buffer that a dead process left pending.
+
+        ``cut_from`` is for recovery after a crash that may have been a power loss: from
+        that byte of the newest segment on, nothing is known to be on disk (the sync point,
+        head.py), so the first invalid batch there ends the data even when valid bytes
+        follow (unsynced writes reach the disk in any order), and a newest segment whose
+        file header is missing or all zeros (0: its creation was never synced) is empty.
+        ``empty_base`` is the first segment's base if there is none (and no head).
+        ``recovering``: open-time recovery, whose publication of what a dead writer left is
+        synced first under ``sync="always"`` like any other.
         """
         bases = list_segments(self.directory)
         if head is not None and head.active_base not in bases:
@@ -423,28 +482,25 @@ class SegmentWriter:
                 )
             if not bases or head.active_base > bases[-1]:
                 bases.append(head.active_base)  # a roll died before creating the file
+        created = not bases
         if not bases:
-            bases = [max(self._log_start(), head.end_offset if head else 0)]
+            bases = [max(self._log_start(), head.end_offset if head else empty_base)]
         base = bases[-1]
-        fd = self.fs.open(segment_path(self.directory, base), os.O_RDWR | os.O_CREAT)
-        size = os.fstat(fd).st_size
-        if size < HEADER_SIZE:
-            if size and read_all(fd, 0, size) != SEGMENT_FILE_HEADER[:size]:
-                os.close(fd)
-                from .errors import NotALogError
-
-                raise NotALogError(
-                    "segment file header is damaged", path=segment_path(self.directory, base)
-                )
-            self.fs.pwrite(fd, SEGMENT_FILE_HEADER, 0)
-            self.fs.truncate(fd, HEADER_SIZE)
-            size = HEADER_SIZE
-        else:
-            from .segment import check_segment_header
-
-            check_segment_header(segment_path(self.directory, base), read_all(fd, 0, HEADER_SIZE))
+        path = segment_path(self.directory, base)
+        created = created or not os.path.exists(path)
+        fd = self.fs.open(path, os.O_RDWR | os.O_CREAT)
+        try:
+            size = self._check_newest_header(fd, path, cut_from)
+            if created:  # a log's first segment, or one a roll died before creating
+                self._fdatasync(fd)
+                self.fs.fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
         entries = read_index(self.directory, base)
-        # where can validation start? after what the head vouches for, or the last index entry
+        # where can validation start? after what the head vouches for, or the last index
+        # entry if the batch there is whole and holds the offset the entry names (an index
+        # is never fsynced: after a power loss it may be older or newer than the segment)
         start, next_offset = HEADER_SIZE, None
         if (
             trust_head
@@ -454,19 +510,24 @@ class SegmentWriter:
         ):
             start, next_offset = head.active_size, head.end_offset
         elif entries is not None and len(entries) and index_is_consistent(entries, size):
-            start = int(entries[-1, 1])
+            start = self._checked_index_start(fd, base, entries, size)
+        if cut_from is not None:
+            start = min(start, max(cut_from, HEADER_SIZE))
+            next_offset = None
         data = read_all(fd, start, size - start)
-        result = scan_segment(segment_path(self.directory, base), data, 0, origin=start)
+        tolerate = None if cut_from is None else max(cut_from - start, 0)
+        result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
         if next_offset is None and result.next_offset is None and start > HEADER_SIZE:
             # the index pointed at nothing valid: validate the whole segment instead
             start = HEADER_SIZE
             data = read_all(fd, start, size - start)
-            result = scan_segment(segment_path(self.directory, base), data, 0, origin=start)
+            tolerate = None if cut_from is None else max(cut_from - start, 0)
+            result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
         valid_end = start + result.valid_end
         if result.torn_bytes:
             self.fs.truncate(fd, valid_end)
             if not only_zeros(data[result.valid_end :]):  # (zeros: room an exclusive
-                self.torn_bytes_dropped += result.torn_bytes  # writer reserved, tailmap.py)
+                self._report_cut(path, valid_end, result.torn_bytes)  # writer reserved)
         if result.next_offset is not None:
             next_offset = result.next_offset
         if next_offset is None:
@@ -488,9 +549,50 @@ class SegmentWriter:
             active.last_index_pos = int(last[-1, 1])
         self.active = active
         self.end_offset = max(next_offset, base)
-        self._publish_head()
+        self._publish_head(sync_first=recovering)
         if head is not None and head.precommit_pending and not self._holding_for_precommit:
             self.precommit_recovered += self._materialize_locked()
+
+    def _check_newest_header(self, fd: int, path: str, cut_from: int | None) -> int:
+        """The newest segment's size once its file header is whole: a header cut short by a
+        death during its creation (or, with ``cut_from`` 0, anything but a whole header after
+        a power loss: nothing of the file was ever synced) is written anew, and the file is
+        then empty; any other damage is refused."""
+        from .segment import check_segment_header, unsynced_header
+
+        size = os.fstat(fd).st_size
+        header = read_all(fd, 0, min(size, HEADER_SIZE))
+        if header == SEGMENT_FILE_HEADER or not unsynced_header(header, 1 if cut_from else 0):
+            check_segment_header(path, header)
+            return size
+        if size > HEADER_SIZE and not only_zeros(read_all(fd, HEADER_SIZE, size - HEADER_SIZE)):
+            self._report_cut(path, 0, size)
+        self.fs.pwrite(fd, SEGMENT_FILE_HEADER, 0)
+        self.fs.truncate(fd, HEADER_SIZE)
+        return HEADER_SIZE
+
+    def _checked_index_start(self, fd: int, base: int, entries: Any, size: int) -> int:
+        """The last index entry's position if a whole batch holding the entry's offset
+        starts there, else the segment's start."""
+        from .format import check_batch
+
+        relative, position = int(entries[-1, 0]), int(entries[-1, 1])
+        data = read_all(fd, position, size - position)
+        header, _reason = check_batch(data, 0, len(data))
+        if header is None or header.base_offset != base + relative:
+            return HEADER_SIZE
+        return position
+
+    def _report_cut(self, path: str, position: int, length: int) -> None:
+        """Count, log and remember a tail cut off the newest segment (see ``recovery``)."""
+        self.torn_bytes_dropped += length
+        self.cut_tails.append((path, position, length))
+        logger.warning(
+            "%s: cut %d bytes at byte %d (a torn or unsynced tail left by a crash)",
+            path,
+            length,
+            position,
+        )
 
     def _next_offset_from_scan(self, fd: int, base: int) -> int:
         size = os.fstat(fd).st_size
@@ -524,14 +626,24 @@ class SegmentWriter:
         )
         write_index(self.fs, self.directory, base, result.index_entries)
 
-    def _retire(self, active: ActiveSegment) -> None:
-        """Stop appending to a segment. It is fsynced by the next sync (``flush()`` promises
-        durability of rolled segments too), not here: with ``sync="os"`` a roll costs no
-        fsync on the append path."""
+    def _retire(self, active: ActiveSegment, *, synced: bool = False) -> None:
+        """Stop appending to a segment; the next sync fsyncs it unless it is ``synced``
+        already (a roll syncs the segment it leaves, see :meth:`_roll`)."""
         self._drop_window(active)
         os.close(active.index_fd)
         os.close(active.fd)
-        self._retired.append(active.base)
+        if not synced:
+            self._retired.append(active.base)
+
+    def _fdatasync(self, fd: int) -> None:
+        """``fdatasync`` on the append path (a roll); a failure stops the writer as a failed
+        sync does (see :meth:`_run_sync`)."""
+        try:
+            self.fs.fdatasync(fd)
+        except OSError as error:
+            self._sync_failed = error
+            self._steady = False
+            raise
 
     # -- rolling -----------------------------------------------------------------------
     def _should_roll(self, incoming: int, incoming_ts: int) -> bool:
@@ -556,6 +668,7 @@ class SegmentWriter:
         base = self.end_offset
         old = self.active
         self._cut_reserved(old)  # 0. (see the module docstring)
+        self._fdatasync(old.fd)
         # 1. publish the new head first (see the module docstring), keeping the flag that
         #    tells the next writer to materialize our precommit entries if we die
         flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
@@ -567,10 +680,19 @@ class SegmentWriter:
             index_path(self.directory, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC
         )
         self.fs.write(index_fd, INDEX_FILE_HEADER)
-        self._retire(old)
+        self._retire(old, synced=True)
         self.active = ActiveSegment(base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
         self._dir_dirty = True
         self._publish_head()
+
+    def skip_to(self, offset: int) -> None:
+        """Roll to an empty segment whose base is ``offset`` (past the end offset), synced
+        with its directory entry before this returns (caller holds both locks): recovery
+        leaves offsets that lost records unused this way (``recovery._keep_offsets_unique``)."""
+        assert offset > self.end_offset
+        self.end_offset = offset
+        self._roll()
+        self._sync_locked()
 
     # -- appending ---------------------------------------------------------------------
     def append_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[int, int]:
@@ -588,9 +710,9 @@ class SegmentWriter:
                     first = self.end_offset
                     for batch in batches:
                         self._write_locked(batch)
-                    self._publish_head()
                     self.write_seq += 1
                     seq = self.write_seq
+                    self._publish_head()
             except OSError as error:  # a roll, the head or a refresh failed to write
                 raise self._refusal(error) from error
         if self.config.sync == "always":
@@ -661,6 +783,9 @@ class SegmentWriter:
                 active.first_ts = timestamp
             if position - active.last_index_pos >= self._index_interval:  # 2.
                 self._index_locked(active, offset, position)
+            self.write_seq = seq = self.write_seq + 1
+            if self._sync_always:
+                self._sync_locked()  # (durable before it is published: see _publish_head)
             # 3. the head, packed in place and stored (_publish_head, inlined): only the end
             #    offset and the size moved (a roll or a refresh published the rest)
             published = self._published
@@ -668,7 +793,6 @@ class SegmentWriter:
             head_map[0:PUBLISHED_SIZE] = published
             if head_map[DOORBELL]:
                 self._ring()
-            self.write_seq = seq = self.write_seq + 1
         except OSError as error:  # a roll, the head or a refresh failed to write
             raise self._refusal(error) from error
         finally:
@@ -787,9 +911,9 @@ class SegmentWriter:
                     run_bytes += len(data)
                     results.append(offset)
                 self._write_bytes_locked(run, run_bytes, timestamp, self.end_offset + len(run))
-                self._publish_head()
                 self.write_seq += 1
                 seq = self.write_seq
+                self._publish_head()
         except BaseException as error:
             failure: BaseException = error
             if isinstance(error, OSError):
@@ -922,8 +1046,9 @@ class SegmentWriter:
         now = time.monotonic()
         if now < self._next_space_check and self._bytes_since_check < SPACE_CHECK_BYTES:
             return
-        free = self.fs.free_bytes(self.directory)
-        if free - incoming < self.config.min_free_bytes:
+        floor = self.config.min_free_bytes
+        free = self.fs.free_bytes(self.directory) if floor else incoming
+        if free - incoming < floor:
             self._next_space_check = float("-inf")
             raise WriteRefusedError(
                 f"only {free} bytes free, below min_free_bytes={self.config.min_free_bytes}; "
@@ -955,35 +1080,109 @@ class SegmentWriter:
                     self._syncing = False
                     self._sync_cond.notify_all()
 
-    def sync_all(self) -> None:
+    def sync_all(self, *, record_point: bool = False) -> None:
+        """Make every write so far durable; ``record_point`` also makes the sync point durable
+        (``flush()`` and ``close()``: so that the next open after a power loss can tell
+        corruption from unsynced data in all of it)."""
+        if record_point:
+            self._force_point = True
         self.sync_through(self.write_seq)
+        if record_point and self._force_point:
+            with self.lock:  # nothing was left to sync: record the point anyway
+                if self.active is not None and self._sync_failed is None:
+                    self._run_sync(self._take_sync_job(dup=False))
 
     def _sync_once(self) -> int:
         with self.lock:
             if self.active is None:
                 return self.write_seq
             target = self.write_seq
-            retired, self._retired = self._retired, []
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
-            active_fd = os.dup(self.active.fd)
+            job = self._take_sync_job(dup=True)
         try:
-            for base in retired:
+            self._run_sync(job, locked=False)
+        finally:
+            os.close(job.active_fd)
+        return target
+
+    def _sync_locked(self) -> None:
+        """``sync="always"``: make what is written durable *before* the head publishes it
+        (caller holds ``self.lock``), so that no reader in any process sees, and no
+        subscriber commits, a record a power loss could take back (docs/subscribers.md). A
+        thread whose record arrives meanwhile queues it (:meth:`_append_queued`), and the
+        next holder writes and syncs the whole queue at once: group commit."""
+        active = self.active
+        if active is None:
+            return
+        if self._sync_failed is not None:
+            raise self._sync_refusal()
+        if (active.base, active.size) != self._synced_at or self._retired or self._dir_dirty:
+            self._run_sync(self._take_sync_job(dup=False), locked=True)
+        with self._sync_cond:
+            self.synced_seq = max(self.synced_seq, self.write_seq)
+
+    def _take_sync_job(self, *, dup: bool) -> _SyncJob:
+        """What the next sync covers, as of now (caller holds ``self.lock``)."""
+        active = self.active
+        assert active is not None
+        retired, self._retired = self._retired, []
+        dir_dirty, self._dir_dirty = self._dir_dirty, False
+        fd = os.dup(active.fd) if dup else active.fd
+        return _SyncJob(retired, fd, dir_dirty, active.base, active.size)
+
+    def _run_sync(self, job: _SyncJob, *, locked: bool = True) -> None:
+        """fdatasync the segments, fsync the directory, then store the sync point (and make
+        it durable now and then: see :meth:`_store_sync_point`)."""
+        try:
+            for base in job.retired:
                 self._sync_closed_segment(base)
-            self.fs.fdatasync(active_fd)
-            if dir_dirty:
+            self.fs.fdatasync(job.active_fd)
+            if job.dir_dirty:
                 self.fs.fsync_dir(self.directory)
+            if locked:
+                self._store_sync_point(job)
+            else:
+                with self.lock:
+                    if not self.closed:
+                        self._store_sync_point(job)
         except OSError as error:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry
             # would report success for data that is gone (PostgreSQL's "fsyncgate"), so the
             # writer stops here: appends and flushes are refused until the log is reopened,
             # and the reopen validates the tail against what is really on disk.
-            with self.lock:
+            if locked:
                 self._sync_failed = error
                 self._steady = False
+            else:
+                with self.lock:
+                    self._sync_failed = error
+                    self._steady = False
             raise self._sync_refusal() from error
-        finally:
-            os.close(active_fd)
-        return target
+
+    def _store_sync_point(self, job: _SyncJob) -> None:
+        """Store the sync point into ``.lock`` (caller holds ``self.lock``; see head.py).
+
+        Stored after every sync (no system call), made durable with an ``fdatasync`` of
+        ``.lock`` only when it names a new segment (a roll: so that a missing active segment
+        is known to have held synced data), when ``flush()``/``close()`` ask, and otherwise
+        at most once per :data:`SYNC_POINT_SECONDS` or :data:`SYNC_POINT_BYTES`: a point
+        that is older on disk only widens the tail that recovery may cut after a power loss
+        (all of it unsynced data or, at worst, synced data a disk damaged), never loses an
+        acknowledged record."""
+        self._synced_at = (job.base, job.size)
+        self.head_map[SYNC_POINT_AT:SYNC_POINT_END] = encode_sync_point(job.base, job.size)
+        durable_base, durable_size = self._durable_point
+        now = monotonic()
+        if (
+            self._force_point
+            or job.dir_dirty
+            or job.base != durable_base
+            or job.size - durable_size >= SYNC_POINT_BYTES
+            or now - self._durable_point_at >= SYNC_POINT_SECONDS
+        ):
+            self.fs.fdatasync(self.lock_fd)
+            self._durable_point = (job.base, job.size)
+            self._durable_point_at = now
+            self._force_point = False
 
     def _sync_refusal(self) -> WriteRefusedError:
         return WriteRefusedError(
@@ -1124,8 +1323,8 @@ class SegmentWriter:
                     written = hi
             finally:
                 if written:
-                    self._publish_head()
                     self.write_seq += 1
+                    self._publish_head()
                     if written < count:
                         buffer.drop_first(written)
             buffer.clear()

@@ -275,12 +275,14 @@ def test_truncated_trailing_batch_is_dropped_and_reported(log_dir, kept):
         if kept:
             assert any(f"torn tail of {dropped} bytes" in line for line in log.recovery_report)
         assert segment.stat().st_size == position
-        assert log.end_offset == 40
+        # the head had published offsets 40-49: they are never handed out again
+        assert any("offsets 40 to 49" in line for line in log.recovery_report)
+        assert log.end_offset == 50
         assert [r.offset for r in log.read()] == list(range(40))
-        assert log.append(b"new", b"record") == 40
+        assert log.append(b"new", b"record") == 50
     with compactlog.open(log_dir) as log:
         assert log.recovery_report == []
-        assert [r.offset for r in log.read()][-2:] == [39, 40]
+        assert [r.offset for r in log.read()][-2:] == [39, 50]
 
 
 def test_garbage_after_the_last_batch_is_a_torn_tail(log_dir):

@@ -55,3 +55,14 @@ def test_jlog_benchmark_against_the_real_library_when_it_is_built(tmp_path: Path
     result = bench_jlog.run(records=500, root=tmp_path, say=lambda line: None)
     assert result["jlog"] == "built"
     assert result["read: JLog"] > 0  # it read back all 500 records (checked inside)
+
+
+def test_table_benchmark_checks_what_each_system_built(tmp_path: Path) -> None:
+    from benchmarks import bench_table
+
+    result = bench_table.run(
+        records=2000, repeat=1, latency_samples=3, root=str(tmp_path), say=lambda line: None
+    )
+    assert set(result["summary"]) >= {"Table restore", "latest_batches()", "follow latency"}
+    disk = bench_table.run_disk(3000, root=str(tmp_path), say=lambda line: None)
+    assert disk["get_per_s"] > 0 and disk["restart_10k_s"] > 0

@@ -19,9 +19,10 @@ shipped to every task). A task then keeps a record iff it is not a tombstone and
 * it lies in the tail and its key does not appear in the head at all.
 
 Each task decides alone, so no shuffle is needed. Tasks query the map through a
-:class:`HeadIndex`: head records are judged by a bitmap of the head's latest offsets (no
-digest at all), tail records by their digest, first against a small bit filter of the head's
-digests (most tail keys are not in the head) and exactly only where the filter says maybe.
+:class:`~compactlog.headindex.HeadIndex` (``Log.latest`` uses it too): head records are
+judged by a bitmap of the head's latest offsets (no digest at all), tail records by their
+digest, first against a small bit filter of the head's digests (most tail keys are not in
+the head) and exactly only where the filter says maybe.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compaction.offset_map import OffsetMap, key_digests
-from ..errors import ConfigError
+from ..compaction.offset_map import key_digests
+from ..errors import InexactReadError
 from ..format import RecordBatch
+from ..headindex import HeadIndex, build_head_map
+from ..latest import check_exact
 from ..reader import iter_batches
 from ..segment import list_segments
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
@@ -47,14 +50,6 @@ from .ranges import Partition, plan_partitions
 
 IMPLICIT_SNAPSHOTS = ".snapshots"
 IMPLICIT_PREFIX = "spark-"
-UNLIMITED = 1 << 62
-_BIT = np.array([1 << i for i in range(8)], dtype=np.uint8)  # _BIT[i]: bit i of a byte
-_THREE = np.uint64(3)
-_SEVEN = np.uint64(7)
-
-
-class InexactReadError(ConfigError):
-    """``asOfOffset`` below the cleaner point: compaction may have removed that state."""
 
 
 @dataclass(slots=True)
@@ -158,17 +153,13 @@ def plan_read(options: ReadOptions) -> ReadPlan:
         if limit is not None:
             end = min(end, limit)
     end = max(end, start)
-    if (
-        not options.changelog
-        and options.as_of is not None
-        and options.as_of < min(cleaner_point, snapshot_end)
-        and not options.allow_inexact
-    ):
-        raise InexactReadError(
-            f"asOfOffset={options.as_of} is below the cleaner point {cleaner_point}: "
-            f"compaction may have removed records of that state. The lowest offset with an "
-            f"exact state is {cleaner_point}; set allowInexact=true to read anyway (Kafka's "
-            "rule: every key at least its latest record not rewritten since)"
+    if not options.changelog and options.as_of is not None:
+        check_exact(
+            options.as_of,
+            cleaner_point,
+            snapshot_end,
+            allow_inexact=options.allow_inexact,
+            names=("asOfOffset", "allowInexact=true"),
         )
     head_start = max(start, min(cleaner_point, end))
     head_map = None
@@ -192,91 +183,6 @@ def plan_read(options: ReadOptions) -> ReadPlan:
     )
     plan.partitions = plan_partitions(directory, start, end, options.num_partitions)
     return plan
-
-
-class HeadIndex:
-    """The dirty head's latest offset per key, shaped for the questions tasks ask.
-
-    ``latest_mask`` answers, for each keyed record of a chunk, "is this the record the
-    latest state keeps as far as the head is concerned": a head record (offset at or after
-    ``start``) iff it is its key's latest offset, a tail record iff its key has no record in
-    the head. Both answers are exact; the two structures below only make them cheap:
-
-    * ``latest bits``: one bit per head offset, set at each key's latest
-      (:meth:`OffsetMap.latest_bits`), so head records need no digest and no search;
-    * ``filter``: a bitmap indexed by the top bits of the head keys' ``hi`` digests (about
-      64 bits per key, so roughly 1 in 60 absent keys hits a set bit by chance). A tail key
-      whose bit is clear is not in the head; only the rest are looked up in the map, which
-      on a compacted log is the small share of keys updated since the last pass.
-
-    Both are built on first use in each task (never pickled: the map alone is shipped).
-    """
-
-    FILTER_BITS_PER_KEY = 64
-    MIN_FILTER_BITS = 1 << 16
-    MAX_FILTER_BITS = 1 << 30
-
-    def __init__(self, head_map: OffsetMap, start: int, end: int) -> None:
-        self.map = head_map
-        self.start = start
-        self.end = end
-        self._bits: np.ndarray | None = None
-        self._filter: np.ndarray | None = None
-        self._shift = 64
-
-    def __reduce__(self) -> tuple[type[HeadIndex], tuple[OffsetMap, int, int]]:
-        return HeadIndex, (self.map, self.start, self.end)  # the caches are rebuilt
-
-    def __len__(self) -> int:
-        return len(self.map)
-
-    def _build_filter(self) -> np.ndarray:
-        wanted = max(len(self.map) * self.FILTER_BITS_PER_KEY, self.MIN_FILTER_BITS)
-        bits = min(1 << (wanted - 1).bit_length(), self.MAX_FILTER_BITS)
-        self._shift = 64 - (bits.bit_length() - 1)
-        table = np.zeros(bits // 8, dtype=np.uint8)
-        slots = self.map.hi >> np.uint64(self._shift)
-        np.bitwise_or.at(table, slots >> _THREE, _BIT[slots & _SEVEN])
-        self._filter = table
-        return table
-
-    def maybe_present(self, hi: np.ndarray) -> np.ndarray:
-        """False where a digest is certainly not in the head (no false negatives)."""
-        table = self._filter if self._filter is not None else self._build_filter()
-        slots = hi >> np.uint64(self._shift)
-        return (table[slots >> _THREE] & _BIT[slots & _SEVEN]) != 0
-
-    def latest_mask(self, columns: Columns) -> np.ndarray:
-        offsets = columns.offsets
-        tail = int(np.searchsorted(offsets, self.start))  # records are in offset order
-        result = np.empty(len(offsets), dtype=bool)
-        if tail < len(offsets):
-            if self._bits is None:
-                self._bits = self.map.latest_bits(self.start, self.end)
-            inside = offsets[tail:] - self.start  # latest_bits: most significant bit first
-            result[tail:] = (self._bits[inside >> 3] & _BIT[7 - (inside & 7)]) != 0
-        if tail:
-            hi, lo = key_digests(columns.keys_blob, columns.key_lengths[:tail])
-            maybe = np.flatnonzero(self.maybe_present(hi))
-            absent = np.ones(tail, dtype=bool)
-            if len(maybe):
-                absent[maybe] = self.map.get(hi[maybe], lo[maybe]) < 0
-            result[:tail] = absent
-        return result
-
-
-def build_head_map(directory: str, start: int, end: int) -> OffsetMap:
-    """Latest offset of every key among the keyed records of ``[start, end)``."""
-    head = OffsetMap(UNLIMITED)
-    for batch in iter_batches(directory, start, end):
-        has_key = batch.key_lengths >= 0
-        hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
-        offsets = batch.offsets
-        if not bool(has_key.all()):
-            hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
-        head.put(hi, lo, offsets)
-    head.flush()
-    return head
 
 
 # -- reading one partition ------------------------------------------------------------

@@ -9,11 +9,13 @@ text, before Spark parses the schema built around it). Documented in ``docs/spar
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError, closest, did_you_mean
+from ..filenames import META
 
 MODES = ("latest", "changelog")
 VALUE_FORMATS = ("binary", "string", "json")
@@ -200,6 +202,26 @@ def _unknown_options(unknown: list[str]) -> ConfigError:
     )
 
 
+def declared_value_format(path: str, has_schema: bool) -> str:
+    """The ``valueFormat`` a read takes when the user names none: the ``value_format`` the
+    log declares (for a directory of ``partition-N`` logs, its first log's), so ``bytes``
+    reads as ``binary`` and ``str`` as ``string``. A declared ``json`` reads as ``json``
+    when a ``valueSchema`` is given, else as ``string`` (the JSON text: Spark needs a
+    schema to parse it). ``binary`` where nothing is declared or no log is there yet."""
+    from ..state_files import read_meta
+    from .logdirs import is_partitioned, list_partitions
+
+    directory = os.path.abspath(path)
+    if is_partitioned(directory):
+        directory = list_partitions(directory)[0][1]
+    if not os.path.exists(os.path.join(directory, META)):
+        return "binary"
+    declared = read_meta(directory).config.value_format
+    if declared == "json":
+        return "json" if has_schema else "string"
+    return {"str": "string"}.get(declared, "binary")
+
+
 def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     """Typed options from what Spark passes (any case); unknown options are refused."""
     options = {str(k).lower(): v for k, v in raw.items()}
@@ -212,12 +234,14 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     mode = str(options.get("mode", "latest")).lower()
     if mode not in MODES:
         raise ConfigError(f"option mode must be one of {', '.join(MODES)}, not {mode!r}")
-    value_format = str(options.get("valueformat", "binary")).lower()
+    value_schema = options.get("valueschema") or None
+    value_format = str(
+        options.get("valueformat") or declared_value_format(str(path), bool(value_schema))
+    ).lower()
     if value_format not in VALUE_FORMATS:
         raise ConfigError(
             f"option valueFormat must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}"
         )
-    value_schema = options.get("valueschema") or None
     if value_schema is not None and value_format != "json":
         raise ConfigError("option valueSchema needs valueFormat=json")
     if value_schema is not None:

@@ -1,0 +1,568 @@
+"""Tables: a log's latest state as a live, read-only mapping (Kafka Streams' KTable).
+
+``Table(path)`` (or ``log.table()``) restores the state of a log (or of a directory of
+``partition-<N>`` logs) as of its end offset, then follows appends of any process.
+
+Restore. Each log is opened read-only and its end offset ``E`` read first; the state is
+every record in ``[log start, E)`` applied in offset order (a tombstone removes its key),
+and the table's offset is ``E``, never "the last record + 1": when the last records were
+compacted or expired away the table still reflects ``E`` and waits for nothing that no
+longer exists (the quixstreams #1017 hang). The reader follows offsets, not files
+(``reader.iter_batches``), so a cleaning pass running meanwhile changes nothing: offsets
+never change, and records that vanish were superseded. Retention moving the log start
+meanwhile may have removed records before they were read: the restore starts again.
+
+Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
+(``subscriber._Watcher``: no polling loop); a background thread per log applies what each
+poll returns. It is transient (``~table``) for the memory store; the disk store's is
+durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
+``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
+table had not applied yet (it fell below the log start), the table restores that log again
+and logs a warning (:attr:`Table.rebuilds` counts them).
+
+Consistency: one lock. The follower applies everything one poll returned, and moves the
+offset, holding the table's lock; every read holds it too. So a read sees the state of one
+offset. Iteration and range reads copy the keys (and values) of their range while holding
+the lock, then iterate the copy: an iteration running while the follower applies changes
+never raises and never mixes two states (it shows the state of the moment it started).
+
+Change callbacks (:meth:`Table.on_change`) run on the follower's thread, after the poll's
+changes are applied, in offset order. An exception in one is logged on the
+``compactlog.table`` logger, kept in :attr:`Table.error` and raised (once) by the next read;
+the follower goes on. An error of the follower itself (a corrupt log) stops it: every read
+raises it from then on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .errors import CompactLogError, ConfigError, LogClosedError
+from .spark.logdirs import is_partitioned, list_partitions
+from .state_files import read_meta
+from .subscriber import set_committed
+from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
+from .table_memory import Change, MemoryStore, merged
+
+logger = logging.getLogger("compactlog.table")
+
+FOLLOWER_NAME = "~table"
+POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
+POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
+PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
+RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
+
+
+class TableError(CompactLogError):
+    """A change callback raised, or the follower stopped; ``__cause__`` is the error."""
+
+
+class RestoreProgress:
+    """Restore progress for the ``progress`` callback: records applied so far and the
+    offsets to cover (an upper bound on records: compaction leaves gaps)."""
+
+    __slots__ = ("end_offset", "records", "start_offset")
+
+    def __init__(self, start_offset: int, end_offset: int) -> None:
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.records = 0
+
+    def __repr__(self) -> str:
+        return f"restored {_count(self.records)} of {_count(self.total)} records"
+
+    @property
+    def total(self) -> int:
+        return max(self.end_offset - self.start_offset, self.records)
+
+
+def table_subscriber_name(state_dir: str) -> str:
+    """The durable subscriber of a disk table (one per state directory)."""
+    digest = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:16]
+    return f"table-{digest}"
+
+
+def _stale(offset: int, marked: bool, start: int, end: int) -> str | None:
+    """Why a disk store's state committed at ``offset`` cannot be resumed from
+    (``marked``: the log holds the table's subscriber checkpoint)."""
+    if not marked:
+        return (
+            "the log holds no checkpoint of this table's subscriber: it was recreated "
+            "(or the subscriber was removed)"
+        )
+    if offset > end:
+        return f"the log ends at {end}, below the state's offset {offset} (recreated)"
+    if start > offset:
+        return f"retention removed offsets {offset}..{start - 1}, which the state never saw"
+    return None
+
+
+def _log_bytes(log: Any) -> int:
+    from .segment import segment_path
+
+    total = 0
+    for base in log.get_segments():
+        try:
+            total += os.path.getsize(segment_path(log.directory, base))
+        except FileNotFoundError:
+            pass  # merged or removed meanwhile
+    return total
+
+
+def _count(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if n >= 10_000:
+        return f"{n / 1000:.0f}k"
+    return str(n)
+
+
+class _Part:
+    """One log of the table: its read-only open, its store, its follower and offset."""
+
+    def __init__(self, table: Table, directory: str, number: int) -> None:
+        from .log import open_log
+
+        self.table = table
+        self.number = number
+        self.log = open_log(directory, read_only=True, create=False)
+        try:
+            self.store: MemoryStore | DiskStore = table._new_store(self.log)
+        except BaseException:
+            self.log.close()
+            raise
+        self.offset = 0
+        self.settled = 0  # the offset whose change callbacks have run
+        # a disk store's follower is durable: its checkpoint in the log marks the log the
+        # state was built from (gone if the log is recreated) and holds consumed retention
+        state_dir = getattr(self.store, "state_dir", None)
+        self._name = FOLLOWER_NAME if state_dir is None else table_subscriber_name(state_dir)
+        self.subscriber: Any = None
+        self.thread: threading.Thread | None = None
+
+    def restore(self, rebuild: str | None = None) -> None:
+        """Bring the state to the end offset now, then follow from there: a fresh memory
+        store; a disk store from its committed offset, or emptied first when ``rebuild``
+        (why) is given or that offset cannot be trusted. A rebuild is logged and counted."""
+        log = self.log
+        store = self.store
+        overlapped = 0  # restores that retention overlapped
+        while True:
+            end = log.end_offset
+            start = log.start_offset
+            if not isinstance(store, DiskStore):
+                store = self.table._new_store(log)
+            try:
+                self._restore_into(store, rebuild, start, end)
+            except BaseException as error:
+                if not isinstance(store, DiskStore) or not isinstance(error, map_full_error()):
+                    raise
+                store.grow()  # the transaction is dropped: start again with a larger map
+                continue
+            moved = read_meta(log.directory).log_start_offset
+            if moved <= start or overlapped == RESTORE_ATTEMPTS - 1:
+                break
+            # retention ran meanwhile: records between what was read and the new log start
+            # may have been skipped unseen; read again (the disk store drops its transaction)
+            overlapped += 1
+            logger.warning(
+                "%s: retention moved the log start from %d to %d during the restore; "
+                "restoring again",
+                log.directory,
+                start,
+                moved,
+            )
+            store.abandon()
+        store.commit(end)
+        with self.table._lock:
+            self.store = store
+            self.offset = self.settled = end
+            self.table._moved.notify_all()
+        if self.subscriber is None:
+            self.subscriber = log.subscribe(self._name, start=end)
+        self.subscriber.seek(end)
+        self.subscriber.skipped.clear()  # (a durable follower's position below the start)
+        self.subscriber.commit()
+
+    def _restore_into(
+        self, store: MemoryStore | DiskStore, rebuild: str | None, start: int, end: int
+    ) -> None:
+        log = self.log
+        begin = start
+        if isinstance(store, DiskStore):
+            found = store.checkpoint()
+            if rebuild is None and found is not None:
+                rebuild = _stale(found, self._name in log.subscribers(), start, end)
+            if rebuild is None and found is not None:
+                begin = found  # resume: replay only what was appended since
+            else:
+                store.reset()
+        if rebuild is not None:
+            logger.warning("%s: rebuilding the table: %s", log.directory, rebuild)
+            with self.table._lock:
+                self.table.rebuilds += 1
+        self._replay(store, begin, end)
+
+    def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
+        """Apply ``[begin, end)`` to ``store``, reporting progress."""
+        progress = RestoreProgress(begin, end)
+        report = self.table._progress
+        last_line = time.monotonic()
+        for batch in self.log.read_batches(begin, end):
+            store.apply(batch)
+            progress.records += len(batch)
+            now = time.monotonic()
+            if now - last_line >= PROGRESS_EVERY_S:
+                last_line = now
+                logger.info("%s: %r", self.log.directory, progress)
+            if report is not None:
+                report(progress)
+
+    def poll(self, timeout_s: float) -> bool:
+        """Apply what one poll returns (waiting up to ``timeout_s`` for it); ``True`` if
+        the offset moved."""
+        table = self.table
+        before = self.offset
+        batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
+        position = self.subscriber.position
+        if position == before:
+            return False
+        if self._fell_behind(before, batches):
+            self.table._rebuilt(self, before)
+            return True
+        changes: list[Change] | None = [] if table._callbacks else None
+        with table._lock:
+            self._apply(batches, changes, position)
+            self.offset = position
+        if changes:
+            table._emit(changes)
+        with table._lock:
+            self.settled = position  # wait_for returns once the callbacks ran too
+            table._moved.notify_all()
+        return True
+
+    def _apply(self, batches: list[Any], changes: list[Change] | None, position: int) -> None:
+        store = self.store
+        if isinstance(store, MemoryStore):
+            for batch in batches:
+                store.apply(batch, changes)
+            return
+        while True:
+            try:
+                for batch in batches:
+                    store.apply(batch, changes)
+                store.commit(position)
+                return
+            except map_full_error():
+                store.grow()
+                if changes is not None:
+                    changes.clear()
+
+    def _fell_behind(self, before: int, batches: list[Any]) -> bool:
+        """Retention removed offsets from ``before`` on that the table never applied."""
+        if self.subscriber.skipped:
+            self.subscriber.skipped.clear()
+            return True
+        first = batches[0].base_offset if batches else self.subscriber.position
+        return first > before and read_meta(self.log.directory).log_start_offset > before
+
+    def follow(self) -> None:
+        table = self.table
+        synced = time.monotonic()
+        while not table._closing:
+            try:
+                self.poll(POLL_WAIT_S)
+                if time.monotonic() - synced >= SYNC_INTERVAL_S:
+                    synced = time.monotonic()
+                    self.store.sync()
+                    self.subscriber.commit()  # (a no-op for a transient follower)
+            except LogClosedError:
+                return
+            except BaseException as error:  # the follower must not die silently
+                if table._closing:
+                    return
+                logger.exception("table follower of %s stopped", self.log.directory)
+                with table._lock:
+                    table._fatal = error
+                    table._moved.notify_all()
+                return
+
+    def close(self) -> None:
+        if self.subscriber is not None:
+            self.subscriber.close()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join()
+        self.store.close()
+        if self.subscriber is not None and self.subscriber.durable:
+            set_committed(self.log, self._name, self.offset)
+        self.log.close()
+
+
+class Table(Mapping[Any, Any]):
+    """The latest value of every key of a log (or a directory of ``partition-<N>`` logs),
+    kept current. See the module docstring for restore, following and consistency.
+
+    ``follow``: follow appends in a background thread (else call :meth:`refresh`).
+    ``key_deserializer`` / ``value_deserializer``: callables applied to the stored bytes
+    (keys then compare as what they return). ``max_bytes``: refuse to hold more than this
+    many bytes of keys and values (plus ``ENTRY_OVERHEAD`` per key) in memory.
+    ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
+    (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
+    replays only the records appended since the state was last committed.
+    ``progress``: called with a :class:`RestoreProgress` after every restored batch.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        follow: bool = True,
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        max_bytes: int | None = None,
+        store: str = "memory",
+        state_dir: str | os.PathLike[str] | None = None,
+        progress: Callable[[RestoreProgress], None] | None = None,
+    ) -> None:
+        if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes <= 0):
+            raise ConfigError(f"max_bytes must be a positive int, not {max_bytes!r}")
+        if store not in ("memory", "disk"):
+            raise ConfigError(f"store must be 'memory' or 'disk', not {store!r}")
+        if (store == "disk") != (state_dir is not None):
+            raise ConfigError("store='disk' takes a state_dir (and only it does)")
+        if store == "disk" and (key_deserializer is not None or max_bytes is not None):
+            raise ConfigError(
+                "store='disk' keeps keys as their stored bytes and bounds nothing in memory: "
+                "key_deserializer and max_bytes are for store='memory'"
+            )
+        self._state_dir = None if state_dir is None else os.path.abspath(os.fspath(state_dir))
+        self.path = os.path.abspath(os.fspath(path))
+        self.follow = follow
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+        self._max_bytes = max_bytes
+        self._progress = progress
+        self._lock = threading.RLock()
+        self._moved = threading.Condition(self._lock)
+        self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
+        self._error: BaseException | None = None  # a callback's, raised once
+        self._fatal: BaseException | None = None  # the follower's, raised by every read
+        self._closing = False
+        self.rebuilds = 0
+        self.partitioned = is_partitioned(self.path)
+        directories = list_partitions(self.path) if self.partitioned else [(0, self.path)]
+        self._parts: list[_Part] = []
+        try:
+            for number, directory in directories:
+                part = _Part(self, directory, number)
+                self._parts.append(part)
+                part.restore()
+            if follow:
+                for part in self._parts:
+                    part.thread = threading.Thread(
+                        target=part.follow,
+                        name=f"compactlog-table-{part.log.directory}",
+                        daemon=True,
+                    )
+                    part.thread.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_store(self, log: Any) -> MemoryStore | DiskStore:
+        if self._state_dir is None:
+            return MemoryStore(
+                self._key_deserializer, self._value_deserializer, self._max_bytes, log.directory
+            )
+        state_dir = self._state_dir
+        if self.partitioned:
+            state_dir = os.path.join(state_dir, os.path.basename(log.directory))
+        return DiskStore(state_dir, self._value_deserializer, _log_bytes(log))
+
+    # -- offsets and waiting ---------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        """The offset the state reflects: every record below it is applied. A partitioned
+        table has one per log: see :attr:`offsets`."""
+        if self.partitioned:
+            raise ConfigError(
+                "a partitioned table has one offset per log: use table.offsets",
+                path=self.path,
+            )
+        return self._parts[0].offset
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """``{partition number: offset}`` (``{0: offset}`` for a single log)."""
+        with self._lock:
+            return {part.number: part.offset for part in self._parts}
+
+    def wait_for(
+        self, offset: int, timeout: float | None = None, *, partition: int | None = None
+    ) -> None:
+        """Return once the record at ``offset`` (e.g. what ``append`` returned) is applied
+        (``table.offset > offset``) and the change callbacks up to it have run. Raises
+        ``TimeoutError`` after ``timeout`` seconds."""
+        part = self._part(partition)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._raise_errors()
+                if part.settled > offset:
+                    return
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"table offset {part.settled} did not pass {offset} within {timeout} s"
+                    )
+                if self.follow:
+                    self._moved.wait(remaining)
+                    continue
+            part.poll(min(POLL_WAIT_S, remaining) if remaining is not None else POLL_WAIT_S)
+
+    def refresh(self) -> None:
+        """Apply every record appended so far (for ``follow=False``; with ``follow=True``
+        it waits until the follower has)."""
+        for part in self._parts:
+            end = part.log.end_offset
+            if self.follow:
+                self.wait_for(end - 1, partition=part.number)
+                continue
+            while part.offset < end and part.poll(0):
+                pass
+
+    def _part(self, partition: int | None) -> _Part:
+        if partition is None:
+            if self.partitioned:
+                raise ConfigError(
+                    "a partitioned table needs partition= (offsets are per log)", path=self.path
+                )
+            return self._parts[0]
+        for part in self._parts:
+            if part.number == partition:
+                return part
+        raise ConfigError(f"no partition {partition} in this table", path=self.path)
+
+    def _rebuilt(self, part: _Part, offset: int) -> None:
+        part.restore(
+            f"retention removed records from offset {offset} on before the table applied "
+            "them; restoring that log again"
+        )
+
+    # -- changes ---------------------------------------------------------------------------
+    def on_change(
+        self, callback: Callable[[Any, Any, Any, int], None]
+    ) -> Callable[[Any, Any, Any, int], None]:
+        """Call ``callback(key, old, new, offset)`` for every change the follower applies
+        (``old``/``new`` ``None``: absent / removed). Usable as a decorator."""
+        with self._lock:
+            self._callbacks.append(callback)
+        return callback
+
+    def _emit(self, changes: list[Change]) -> None:
+        callbacks = list(self._callbacks)
+        for key, old, new, offset in changes:
+            for callback in callbacks:
+                try:
+                    callback(key, old, new, offset)
+                except Exception as error:
+                    logger.exception(
+                        "table change callback %r failed at offset %d", callback, offset
+                    )
+                    with self._lock:
+                        self._error = error
+
+    @property
+    def error(self) -> BaseException | None:
+        """The last error of a change callback (until a read raises it), or the error that
+        stopped the follower."""
+        return self._fatal or self._error
+
+    def _raise_errors(self) -> None:
+        if self._closing:
+            raise LogClosedError("table is closed", path=self.path)
+        if self._fatal is not None:
+            raise TableError("the table's follower stopped", path=self.path) from self._fatal
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise TableError("a change callback raised", path=self.path) from error
+
+    # -- reads -----------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> Any:
+        with self._lock:
+            self._raise_errors()
+            for part in self._parts:
+                value = part.store.get(key, _ABSENT)
+                if value is not _ABSENT:
+                    return value
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            self._raise_errors()
+            return any(key in part.store for part in self._parts)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._raise_errors()
+            return sum(len(part.store) for part in self._parts)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (key for key, _value in self.items())
+
+    def items(  # type: ignore[override]
+        self, start: Any = None, stop: Any = None, *, prefix: Any = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` in key order: all, those with ``start <= key < stop``, or those
+        whose key starts with ``prefix`` (bytes or str keys), as of one offset."""
+        if prefix is not None and (start is not None or stop is not None):
+            raise ConfigError("items() takes start/stop or prefix, not both")
+        with self._lock:
+            self._raise_errors()
+            parts = [part.store.range_items(start, stop, prefix) for part in self._parts]
+        return merged(parts)
+
+    def keys(self, start: Any = None, stop: Any = None, *, prefix: Any = None) -> Any:  # type: ignore[override]
+        return (key for key, _value in self.items(start, stop, prefix=prefix))
+
+    def values(self, start: Any = None, stop: Any = None, *, prefix: Any = None) -> Any:  # type: ignore[override]
+        return (value for _key, value in self.items(start, stop, prefix=prefix))
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop following and close the logs; reads then raise ``LogClosedError``."""
+        self._closing = True
+        with self._lock:
+            self._moved.notify_all()  # waiters raise LogClosedError
+        for part in self._parts:
+            part.close()
+
+    def __enter__(self) -> Table:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._closing:
+            return f"<compactlog.Table {self.path!r} closed>"
+        with self._lock:
+            keys = sum(len(part.store) for part in self._parts)
+        return f"<compactlog.Table {self.path!r} offsets={self.offsets} keys={keys}>"
+
+
+_ABSENT = object()
+
+__all__ = ["RestoreProgress", "Table", "TableError"]

@@ -1,0 +1,325 @@
+"""The checks every crash state must pass, and the failures they report.
+
+A state is copied twice to fresh directories and opened, without ``repair``, once
+read-only and once writable. On each:
+
+1. the open succeeds (any exception, ``NotALogError``, ``CorruptLogError``,
+   ``MissingSegmentError`` or other, is a failure; only a brand-new log with nothing
+   acknowledged may still be no log at all);
+2. what is read is exactly the first k records written, in order, with their offsets,
+   k >= the number acknowledged: no garbage, no holes, no reordering (``prefix``); after
+   retention, a contiguous run of them ending at or past the acknowledged ones
+   (``suffix``); after compaction, records written, in offset order, including the latest
+   acknowledged record of every key (``latest``, Kafka's guarantee);
+3. every durable subscriber checkpoint is at most the log's end offset, and at least
+   the offset of the subscriber's last returned ``commit()`` (or the acknowledged end,
+   if that is lower: a commit of records that were never acknowledged may be taken back);
+4. every snapshot whose ``snapshot()`` returned opens and holds its records;
+5. (writable) a new append gets offset == end offset and reads back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import compactlog
+from compactlog import filenames
+
+from .models import CrashState
+from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, reboot
+
+Read = list[tuple[int, bytes, bytes | None]]
+BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')  # a repr of bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    phase: str  # "read-only", "writable", "snapshot snap", ...
+    kind: str  # what failed, with numbers and paths taken out: failures group by it
+    detail: str  # the full message
+
+    def __str__(self) -> str:
+        return f"{self.phase}: {self.detail}"
+
+
+class CheckFailed(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+def check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
+    """Every failure of ``state`` given what was promised when power was lost."""
+    failures: list[Failure] = []
+    reboot()  # the power loss: heads stored before it are stale (compactlog.head.BOOT)
+    with _copy(state) as root:
+        failures += _run(
+            "read-only", root, lambda found: _check_read_only(root, promise, workload, found)
+        )
+        for path, start, end in promise.snapshots:
+            failures += _run(
+                f"snapshot {path}",
+                root,
+                lambda found, p=path, s=start, e=end: _check_snapshot(
+                    os.path.join(root, p), promise, s, e
+                ),
+            )
+    with _copy(state) as root:
+        failures += _run(
+            "writable", root, lambda found: _check_writable(root, promise, workload, found)
+        )
+    return failures
+
+
+@contextmanager
+def _copy(state: CrashState) -> Iterator[str]:
+    root = tempfile.mkdtemp(prefix="powerloss-state-", dir=SCRATCH)
+    try:
+        state.materialize(root)
+        yield root
+    finally:
+        _close_leaked(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _close_leaked(root: str) -> None:
+    """Close descriptors still open on files under ``root`` once its checks are over: an
+    open that fails may leave some behind (a failed ``SegmentReader`` or writer open), and
+    they would pile up over thousands of states and show in other tests' descriptor
+    checks. Nothing may use them any more: the log objects of the check are gone."""
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # (no /proc: nothing to look at)
+    for name in descriptors:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(root + os.sep):
+            os.close(int(name))
+
+
+def _run(phase: str, root: str, check: Callable[[list[CheckFailed]], None]) -> list[Failure]:
+    """Run ``check``, which appends what it finds and goes on; an exception stops it."""
+    found: list[CheckFailed] = []
+    try:
+        check(found)
+    except CheckFailed as failed:
+        found.append(failed)
+    except Exception as error:
+        message = f"{type(error).__name__}: {error}".replace(root, "<root>")
+        return [Failure(phase, normalise(message), message)]
+    return [Failure(phase, f.kind, str(f).replace(root, "<root>")) for f in found]
+
+
+def normalise(message: str) -> str:
+    """``message`` with numbers and file names taken out, so alike failures group."""
+    message = re.sub(r"<root>\S*", "<path>", message)
+    message = BYTES_LITERAL.sub("b'...'", message)
+    message = re.sub(r"\b\d{20}\.\w+", "<file>", message)
+    return re.sub(r"\d+", "N", message)
+
+
+def _no_log_yet(root: str, promise: Promise, workload: Workload) -> bool:
+    """A brand-new log's state from before its meta file was durable, with nothing
+    acknowledged: no log at all is a correct outcome there."""
+    meta = os.path.join(root, LOG, filenames.META)
+    return workload.create and promise.acked == 0 and not os.path.exists(meta)
+
+
+def _check_read_only(
+    root: str, promise: Promise, workload: Workload, found: list[CheckFailed]
+) -> None:
+    if _no_log_yet(root, promise, workload):
+        return
+    with compactlog.open(os.path.join(root, LOG), read_only=True, create=False) as log:
+        _check_log(log, promise, workload, found)
+
+
+def _check_writable(
+    root: str, promise: Promise, workload: Workload, found: list[CheckFailed]
+) -> None:
+    create = _no_log_yet(root, promise, workload)
+    with compactlog.open(os.path.join(root, LOG), create=create) as log:
+        _check_log(log, promise, workload, found)
+        end = log.end_offset
+        offset = log.append(*PROBE)
+        if offset != end:
+            raise CheckFailed(
+                "a new append did not get the end offset",
+                f"a new append got offset {offset}, the end offset was {end}",
+            )
+        log.flush()
+        back = [(r.offset, r.key, r.value) for r in log.read(start=end)]
+        if back != [(end, *PROBE)]:
+            raise CheckFailed(
+                "a new append does not read back",
+                f"after appending at {end}, reading from it gave {back[:3]}",
+            )
+
+
+def _check_log(
+    log: compactlog.Log, promise: Promise, workload: Workload, found: list[CheckFailed]
+) -> None:
+    """Records (by the workload's rule), end offset, subscriber checkpoints: every problem
+    into ``found``."""
+    got = [(r.offset, r.key, r.value) for r in log.read()]
+    end = log.end_offset
+    try:
+        RULES[workload.rule](got, promise)
+    except CheckFailed as failed:
+        found.append(failed)
+    else:  # (records lost imply a low end offset: said once)
+        if end < acked_end(promise):
+            found.append(
+                CheckFailed(
+                    "end offset below the acknowledged records",
+                    f"end offset {end}, {promise.acked} records acknowledged from "
+                    f"{promise.first_offset}",
+                )
+            )
+    durable = log.subscribers()
+    for name, offset in durable.items():
+        if offset > end:
+            found.append(
+                CheckFailed(
+                    "subscriber checkpoint past the log end",
+                    f"subscriber {name!r} checkpoint {offset} is past the end offset {end}",
+                )
+            )
+    for name, offset in dict(promise.commits).items():  # (the last commit of each)
+        # a commit past the acknowledged records may come back to them: those may be lost
+        if durable.get(name, -1) < min(offset, acked_end(promise)):
+            found.append(
+                CheckFailed(
+                    "a returned commit was lost",
+                    f"subscriber {name!r} committed {offset}, the log has {durable.get(name)}",
+                )
+            )
+
+
+def _check_prefix(got: Read, promise: Promise) -> None:
+    """``got`` is ``written[:k]`` with their offsets, k >= acknowledged."""
+    _check_run(got, promise, 0)
+    if len(got) < promise.acked:
+        raise CheckFailed(
+            "acknowledged records lost",
+            f"read {len(got)} records, {promise.acked} were acknowledged",
+        )
+
+
+def _check_suffix(got: Read, promise: Promise) -> None:
+    """``got`` is ``written[s:k]`` with their offsets for some s, k >= acknowledged (or
+    nothing at all when retention removed every record)."""
+    if not got:
+        return
+    start = index_of(promise, got[0][0])
+    _check_run(got, promise, start)
+    if start + len(got) < promise.acked:
+        raise CheckFailed(
+            "acknowledged records lost",
+            f"read offsets {got[0][0]}..{got[-1][0]}, {promise.acked} records acknowledged",
+        )
+
+
+def _check_run(got: Read, promise: Promise, start: int) -> None:
+    written = promise.written
+    for i, (offset, key, value) in enumerate(got):
+        j = start + i
+        if offset != offset_of(promise, j):
+            raise CheckFailed(
+                "records out of order or with a hole",
+                f"record {i} read has offset {offset}, expected {offset_of(promise, j)} "
+                f"(offsets read: {_offsets(got)})",
+            )
+        if j >= len(written) or (key, value) != written[j]:
+            raise CheckFailed(
+                "a record read that was never written (garbage)",
+                f"offset {offset} reads {key!r}={value!r:.40}",
+            )
+
+
+def _check_latest(got: Read, promise: Promise) -> None:
+    """After compaction: records written, in increasing offsets, with every key's latest
+    acknowledged record."""
+    written = promise.written
+    previous = -1
+    for offset, key, value in got:
+        j = index_of(promise, offset)
+        if offset <= previous:
+            raise CheckFailed("records out of order", f"offset {offset} read after {previous}")
+        if not 0 <= j < len(written) or (key, value) != written[j]:
+            raise CheckFailed(
+                "a record read that was never written (garbage)",
+                f"offset {offset} reads {key!r}={value!r:.40}",
+            )
+        previous = offset
+    latest = {
+        key: offset_of(promise, j) for j, (key, _value) in enumerate(written[: promise.acked])
+    }
+    present = {offset for offset, _key, _value in got}
+    missing = sorted(offset for offset in latest.values() if offset not in present)
+    if missing:
+        raise CheckFailed(
+            "a key's latest acknowledged record lost",
+            f"latest records of {len(missing)} keys missing, offsets {missing[:8]}",
+        )
+
+
+def offset_of(promise: Promise, j: int) -> int:
+    """The offset of ``written[j]`` (for ``j == len(written)``, the one after the last)."""
+    if not promise.offsets:
+        return promise.first_offset + j
+    if j < len(promise.offsets):
+        return promise.offsets[j]
+    return (promise.offsets[-1] + 1 + j - len(promise.offsets)) if promise.offsets else j
+
+
+def acked_end(promise: Promise) -> int:
+    """The offset just past the last acknowledged record."""
+    if not promise.acked:
+        return promise.first_offset
+    return offset_of(promise, promise.acked - 1) + 1
+
+
+def index_of(promise: Promise, offset: int) -> int:
+    """The index into ``written`` of the record at ``offset`` (-1 if none was written there)."""
+    if not promise.offsets:
+        return offset - promise.first_offset
+    for j, at in enumerate(promise.offsets):
+        if at >= offset:
+            return j if at == offset else -1
+    return len(promise.offsets) + offset - promise.offsets[-1] - 1
+
+
+def _check_snapshot(path: str, promise: Promise, start: int, end: int) -> None:
+    with compactlog.open(path, read_only=True, create=False) as log:
+        got = [(r.offset, r.key, r.value) for r in log.read()]
+    want = [
+        (offset_of(promise, j), *promise.written[j])
+        for j in range(index_of(promise, start), index_of(promise, end))
+    ]
+    if got != want:
+        raise CheckFailed(
+            "a returned snapshot does not hold its records",
+            f"snapshot of [{start}, {end}) reads offsets {_offsets(got)}",
+        )
+
+
+def _offsets(got: Read) -> str:
+    offsets = [offset for offset, _key, _value in got]
+    return str(offsets) if len(offsets) <= 12 else f"{offsets[:6]} ... {offsets[-6:]}"
+
+
+RULES: dict[str, Callable[[Read, Promise], None]] = {
+    "prefix": _check_prefix,
+    "suffix": _check_suffix,
+    "latest": _check_latest,
+}

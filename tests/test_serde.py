@@ -1,0 +1,212 @@
+"""Serializers (compactlog/serde.py): built-in and custom formats, declared formats that
+every reader honours, raw access, and decode errors that name the offset."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import compactlog
+from compactlog.serde import declared_formats, deserializers
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=10,
+).filter(lambda v: v is not None)  # None is a tombstone, never a JSON null
+
+
+def test_bytes_is_the_default_and_keeps_the_plain_append_path(log_dir):
+    with compactlog.open(log_dir) as log:
+        assert (log.config.key_format, log.config.value_format) == ("bytes", "bytes")
+        assert log.plain_append_installed
+        log.append(b"k", b"v")
+        assert [(r.key, r.value) for r in log.read()] == [(b"k", b"v")]
+
+
+@settings(max_examples=30, deadline=None)
+@given(key=st.text(min_size=1), value=JSON_VALUES)
+def test_json_values_and_str_keys_round_trip(tmp_path_factory, key, value):
+    path = tmp_path_factory.mktemp("log")
+    with compactlog.open(path, key_format="str", value_format="json") as log:
+        log.append(key, value)
+        log.append_batch([(key, value), (key + "2", None)])
+        assert [(r.key, r.value) for r in log.read()] == [
+            (key, value),
+            (key, value),
+            (key + "2", None),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "value", "stored"),
+    [
+        ("bytes", b"\x00\xff", b"\x00\xff"),
+        ("str", "h\u00e9llo", "h\u00e9llo".encode()),
+        ("json", {"a": [1, 2.5, "\u00e9"], "b": None}, '{"a":[1,2.5,"\u00e9"],"b":null}'.encode()),
+    ],
+)
+def test_each_built_in_format_stores_its_bytes_and_reads_them_back(log_dir, fmt, value, stored):
+    with compactlog.open(log_dir, value_format=fmt) as log:
+        log.append(b"k", value)
+        log.append(b"gone", None)
+        assert [r.value for r in log.read()] == [value, None]
+        assert [r.value for r in log.read(raw=True)] == [stored, None]
+        assert [r.value for r in log.latest()] == [value]
+
+
+def test_declared_formats_are_stored_and_honoured_by_a_later_open(log_dir):
+    compactlog.open(log_dir, key_format="str", value_format="json").close()
+    with compactlog.open(log_dir) as log:
+        log.append("user:1", {"name": "Ada"})
+    with compactlog.open(log_dir, read_only=True) as log:
+        assert [(r.key, r.value) for r in log.read()] == [("user:1", {"name": "Ada"})]
+        assert declared_formats(log.config) == {"key_format": "str", "value_format": "json"}
+
+
+def test_subscribers_poll_deserializes_and_raw_subscriber_does_not(log_dir):
+    with compactlog.open(log_dir, value_format="json") as log:
+        log.append(b"a", [1])
+        decoded = log.subscribe("decoded")
+        raw = log.subscribe("raw", raw=True)
+        assert [r.value for r in decoded.poll()] == [[1]]
+        assert [r.value for r in raw.poll()] == [b"[1]"]
+
+
+def test_a_custom_pair_of_callables_round_trips(log_dir):
+    pack = struct.Struct(">q").pack
+
+    def unpack(data: bytes) -> int:
+        return struct.unpack(">q", data)[0]
+
+    with compactlog.open(
+        log_dir,
+        key_serializer="str",
+        key_deserializer="str",
+        value_serializer=pack,
+        value_deserializer=unpack,
+    ) as log:
+        assert not log.plain_append_installed
+        log.append("n", -5)
+        log.append_batch([("m", 2**40)])
+        assert [(r.key, r.value) for r in log.read()] == [("n", -5), ("m", 2**40)]
+        assert [r.value for r in log.read(raw=True)] == [pack(-5), pack(2**40)]
+        # nothing given at open is stored: the log declares no format
+        assert log.config.value_format == "bytes"
+    with compactlog.open(log_dir, read_only=True) as log:
+        assert [r.value for r in log.read()] == [pack(-5), pack(2**40)]
+
+
+def test_callables_given_at_open_override_the_declared_format(log_dir):
+    compactlog.open(log_dir, value_format="json").close()
+    with compactlog.open(
+        log_dir, value_serializer=str.encode, value_deserializer=bytes.decode
+    ) as log:
+        log.append(b"k", "not json")
+        assert [r.value for r in log.read()] == ["not json"]
+
+
+def test_raw_open_ignores_declared_formats(log_dir):
+    compactlog.open(log_dir, value_format="json").close()
+    with compactlog.open(log_dir, raw=True) as log:
+        assert log.plain_append_installed
+        log.append(b"k", b"[1]")
+        assert [r.value for r in log.read()] == [b"[1]"]
+        assert [r.value for r in log.subscribe("~s", start=0).poll()] == [b"[1]"]
+
+
+def test_a_value_that_fails_to_decode_names_its_offset_and_the_log(log_dir):
+    with compactlog.open(log_dir, raw=True, value_format="json") as log:
+        log.append_batch([(b"a", b"1"), (b"b", b"{broken"), (b"c", b"2")])
+    with compactlog.open(log_dir) as log:
+        with pytest.raises(compactlog.DecodeError) as caught:
+            list(log.read())
+        assert caught.value.offset == 1
+        assert caught.value.part == "value"
+        assert caught.value.format == "json"
+        assert "offset 1" in str(caught.value) and str(log_dir) in str(caught.value)
+        subscriber = log.subscribe("s")
+        for _attempt in range(2):  # the position stays: the same error again
+            with pytest.raises(compactlog.DecodeError, match="offset 1"):
+                subscriber.poll()
+            assert subscriber.position == 0
+        subscriber.seek(2)
+        assert [r.value for r in subscriber.poll()] == [2]
+        assert [r.value for r in log.read(raw=True)] == [b"1", b"{broken", b"2"]
+
+
+def test_a_key_that_fails_to_decode_names_its_offset(log_dir):
+    with compactlog.open(log_dir, raw=True, key_format="str") as log:
+        log.append(b"ok", b"")
+        log.append(b"\xff", b"")
+    with compactlog.open(log_dir) as log, pytest.raises(compactlog.DecodeError) as caught:
+        list(log.read())
+    assert (caught.value.offset, caught.value.part) == (1, "key")
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "value", "message"),
+    [
+        ({"value_format": "str"}, b"k", b"bytes", "cannot be serialized as str"),
+        ({"value_format": "json"}, b"k", {1, 2}, "cannot be serialized as json"),
+        ({"value_format": "json"}, b"k", float("nan"), "cannot be serialized as json"),
+        ({"key_format": "str"}, 5, b"v", "key 5 cannot be serialized as str"),
+    ],
+)
+def test_a_value_the_format_cannot_serialize_is_refused_naming_the_format(
+    log_dir, config, key, value, message
+):
+    with compactlog.open(log_dir, **config) as log:
+        with pytest.raises(compactlog.InvalidRecordError, match=message):
+            log.append(key, value)
+        with pytest.raises(compactlog.InvalidRecordError, match=message):
+            log.append_batch([(key, value)])
+        assert log.end_offset == 0
+
+
+def test_a_serializer_that_returns_no_bytes_is_refused(log_dir):
+    with (
+        compactlog.open(log_dir, value_serializer=lambda v: v) as log,
+        pytest.raises(compactlog.InvalidRecordError, match="returned int, not bytes"),
+    ):
+        log.append(b"k", 5)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"value_format": "xml"},
+        {"key_format": 1},
+        {"value_serializer": "xml"},
+        {"key_deserializer": 3},
+    ],
+)
+def test_unknown_formats_are_refused_naming_the_setting(log_dir, arguments):
+    name = next(iter(arguments))
+    with pytest.raises(compactlog.ConfigError, match=name):
+        compactlog.open(log_dir, **arguments)
+
+
+def test_changing_the_declared_format_takes_effect_on_open_logs(log_dir):
+    with compactlog.open(log_dir) as log:
+        log.append(b"k", b'"v"')
+        log.update_meta(config=log.config.merged({"value_format": "json"}))
+        assert [r.value for r in log.read()] == ["v"]
+        log.append(b"k2", "w")
+        assert [r.value for r in log.read(raw=True)] == [b'"v"', b'"w"']
+
+
+def test_deserializers_gives_plain_callables_for_named_formats():
+    key, value = deserializers("str", "json")
+    assert key is not None and value is not None
+    assert (key(b"k"), value(b"[1]")) == ("k", [1])
+    assert deserializers() == (None, None)
+    with pytest.raises(compactlog.ConfigError, match="value_format"):
+        deserializers("bytes", "yaml")
