@@ -29,16 +29,14 @@ import argparse
 import json
 import os
 import random
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import compactlog
 
-from .common import timed_runs
+from .common import median_rate
 
 VALUE = b"v" * 100
 SEGMENT_BYTES = 16 << 20
@@ -84,15 +82,11 @@ def _segment_bytes(path: str) -> int:
     return sum(p.stat().st_size for p in Path(path).glob("*.log"))
 
 
-def _rate(scan: Callable[[], int], records: int, repeat: int) -> float:
-    return records / statistics.median(timed_runs(scan, repeat, records, "records read back"))
-
-
 def _scans(path: str, records: int, repeat: int) -> dict[str, float]:
     with compactlog.open(path, read_only=True) as log:
         return {
-            "read_records_per_s": _rate(lambda: sum(1 for _ in log.read()), records, repeat),
-            "read_batches_records_per_s": _rate(
+            "read_records_per_s": median_rate(lambda: sum(1 for _ in log.read()), records, repeat),
+            "read_batches_records_per_s": median_rate(
                 lambda: sum(len(b) for b in log.read_batches()), records, repeat
             ),
             "stored_batches_per_read_batch": _stored_per_batch(log),

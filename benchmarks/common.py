@@ -41,9 +41,6 @@ def check(condition: bool, message: str) -> None:
         raise BenchmarkError(message)
 
 
-# -- measurements ------------------------------------------------------------------------
-
-
 def timed_runs(run: Callable[[], int], repeat: int, expect: int, what: str) -> list[float]:
     """The times of ``repeat`` calls of ``run``, each checked to return ``expect``
     (``what`` names the count in the error)."""
@@ -297,3 +294,9 @@ def sqlite_insert_batch(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]
     conn.execute("BEGIN")
     conn.executemany(SQLITE_INSERT, rows)
     conn.execute("COMMIT")
+
+
+def median_rate(scan: Callable[[], int], records: int, repeat: int) -> float:
+    """Records per second of the median of ``repeat`` runs of ``scan``, which returns the
+    records it saw (checked against ``records``)."""
+    return records / statistics.median(timed_runs(scan, repeat, records, "records read back"))

@@ -7,8 +7,9 @@ The engine workloads (``bench_engine``) always run. ``bench_compaction.run(recor
 ``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)``,
 ``bench_jlog.run(records=...)`` (record at a time against JLog's C library, built on first
 use), ``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) and
-``bench_spark_stream.run(records=10 * records)`` (issue 11: streaming and the writer) are
-added when those modules exist and return a dict.
+``bench_spark_stream.run(records=10 * records)`` (issue 11: streaming and the writer) and
+``bench_arrow.run(records=...)`` (issue 19: Arrow in and out, restore engines) are added
+when those modules exist and return a dict.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ OPTIONAL = (
     ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records
     # issue 11: a 10M-record stream in micro-batches of 1M; the writer on 1M rows
     ("bench_spark_stream", lambda sizes: {"records": sizes.records * 10}),
+    # issue 19: Arrow in and out, and restore by the Arrow engine against Spark's
+    ("bench_arrow", lambda sizes: {"records": sizes.records}),
 )
 
 

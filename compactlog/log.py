@@ -496,6 +496,16 @@ class Log:
             raise InvalidRecordError(f"bad header: {error}", path=self.directory) from None
         return self.append_encoded(batches)
 
+    def append_arrow(self, data: Any) -> range:
+        """Append the rows of a ``pyarrow.Table`` or ``RecordBatch``, in order, all or
+        nothing; returns their offsets. Columns: ``key`` and ``value`` (binary or string; a
+        null value is a tombstone), optional ``timestamp`` (a timestamp, or integer ms;
+        null means now) and ``headers`` (``map<string, binary|string>``). Encoded straight
+        from Arrow's buffers (``compactlog.arrow.encode``); other columns are refused."""
+        from .arrow.tables import append_arrow
+
+        return append_arrow(self, data)
+
     def check_encoded(self, batches: Sequence[EncodedBatch]) -> None:
         """Refuse batches this log's configuration does not allow: a record larger than
         ``max_record_bytes``, or a record with no key on a compacted log. Batches encoded
@@ -574,6 +584,14 @@ class Log:
         deserialized (``raw=True``: as stored, bytes)."""
         convert = RecordBatch.records if raw else self.serde.records
         return itertools.chain.from_iterable(map(convert, self.read_batches(start, end)))
+
+    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+        """Records with offsets in ``[start, end)`` as one ``pyarrow.Table`` (columns
+        ``key``, ``value`` (null: a tombstone), ``offset``, ``timestamp``, ``headers``),
+        built from the columnar batches with no per-record object."""
+        from .arrow.tables import arrow_table
+
+        return arrow_table(self.read_batches(start, end))
 
     def get_segments(self) -> list[int]:
         return list_segments(self.directory)
@@ -693,6 +711,13 @@ class Log:
 
         self._check_open()
         return Table(self.directory, **options)
+
+    def latest_arrow(self, as_of: int | None = None, *, allow_inexact: bool = False) -> Any:
+        """The same as :meth:`latest`, as one ``pyarrow.Table`` (the columns of
+        :meth:`read_arrow`); ``table.to_pandas()`` and ``polars.from_arrow(table)`` take it."""
+        from .arrow.tables import arrow_table
+
+        return arrow_table(self.latest_batches(as_of, allow_inexact=allow_inexact))
 
     # -- snapshots ---------------------------------------------------------------------
     def snapshot(self, dest: str | os.PathLike[str]) -> Any:

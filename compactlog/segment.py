@@ -42,7 +42,7 @@ from .format import (
     scan_small_run,
 )
 from .fsio import FileSystem
-from .head import Head, read_log_head, read_sync_point
+from .head import LOCK_FILE_SIZE, Head, decode_sync_point, read_log_head
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
@@ -461,8 +461,13 @@ def unsynced_header(header: bytes, unsynced_from: int) -> bool:
 
 def unsynced_from(directory: str, base: int) -> int:
     """The byte of the newest segment ``base`` from which nothing is known to be on disk
-    (the sync point in ``.lock``; 0 when there is none)."""
-    point = read_sync_point(directory)
+    (the sync point in ``.lock``; 0 when it holds none, everything when there is no
+    ``.lock``, which every writer creates before anything else)."""
+    try:
+        with open(os.path.join(directory, filenames.WRITER_LOCK), "rb") as handle:
+            point = decode_sync_point(handle.read(LOCK_FILE_SIZE))
+    except FileNotFoundError:
+        return 1 << 62  # no writer ever opened this directory: no power loss to allow for
     if point is None:
         return 0
     end = point.durable_end(base)

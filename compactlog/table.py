@@ -35,6 +35,7 @@ raises it from then on.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import CompactLogError, ConfigError, LogClosedError
+from .serde import declared_formats, deserializers
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
@@ -310,8 +312,10 @@ class Table(Mapping[Any, Any]):
 
     ``follow``: follow appends in a background thread (else call :meth:`refresh`).
     ``key_deserializer`` / ``value_deserializer``: callables applied to the stored bytes
-    (keys then compare as what they return). ``max_bytes``: refuse to hold more than this
-    many bytes of keys and values (plus ``ENTRY_OVERHEAD`` per key) in memory.
+    (keys then compare as what they return); by default the log's declared formats
+    (``key_format``/``value_format``, :mod:`compactlog.serde`), bytes with ``raw=True``.
+    ``max_bytes``: refuse to hold more than this many bytes of keys and values (plus
+    ``ENTRY_OVERHEAD`` per key) in memory.
     ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
     (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
     replays only the records appended since the state was last committed.
@@ -329,6 +333,7 @@ class Table(Mapping[Any, Any]):
         store: str = "memory",
         state_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[RestoreProgress], None] | None = None,
+        raw: bool = False,
     ) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes <= 0):
             raise ConfigError(f"max_bytes must be a positive int, not {max_bytes!r}")
@@ -348,6 +353,7 @@ class Table(Mapping[Any, Any]):
         self._value_deserializer = value_deserializer
         self._max_bytes = max_bytes
         self._progress = progress
+        self._raw = raw
         self._lock = threading.RLock()
         self._moved = threading.Condition(self._lock)
         self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
@@ -376,14 +382,18 @@ class Table(Mapping[Any, Any]):
             raise
 
     def _new_store(self, log: Any) -> MemoryStore | DiskStore:
+        key_deserializer, value_deserializer = self._key_deserializer, self._value_deserializer
+        if not self._raw:  # what is not given follows the log's declared formats
+            declared_key, declared_value = deserializers(**declared_formats(log.config))
+            value_deserializer = value_deserializer or declared_value
+            if self._state_dir is None:  # (a disk store orders keys by their stored bytes)
+                key_deserializer = key_deserializer or declared_key
         if self._state_dir is None:
-            return MemoryStore(
-                self._key_deserializer, self._value_deserializer, self._max_bytes, log.directory
-            )
+            return MemoryStore(key_deserializer, value_deserializer, self._max_bytes, log.directory)
         state_dir = self._state_dir
         if self.partitioned:
             state_dir = os.path.join(state_dir, os.path.basename(log.directory))
-        return DiskStore(state_dir, self._value_deserializer, _log_bytes(log))
+        return DiskStore(state_dir, value_deserializer, _log_bytes(log))
 
     # -- offsets and waiting ---------------------------------------------------------------
     @property
@@ -425,6 +435,27 @@ class Table(Mapping[Any, Any]):
                     self._moved.wait(remaining)
                     continue
             part.poll(min(POLL_WAIT_S, remaining) if remaining is not None else POLL_WAIT_S)
+
+    async def wait_for_async(
+        self, offset: int, timeout: float | None = None, *, partition: int | None = None
+    ) -> None:
+        """:meth:`wait_for` for asyncio: waits on the log's inotify wake-up with the event
+        loop's reader (``compactlog.aio.wait_until``), no thread per waiter."""
+        from .aio import wait_until
+
+        part = self._part(partition)
+        if not self.follow:  # (nobody else applies records: refresh in the loop's executor)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, lambda: self.wait_for(offset, timeout))
+            return
+        if not await wait_until(part.log.directory, lambda: part.settled > offset, timeout):
+            with self._lock:
+                self._raise_errors()
+            raise TimeoutError(
+                f"table offset {part.settled} did not pass {offset} within {timeout} s"
+            )
+        with self._lock:
+            self._raise_errors()
 
     def refresh(self) -> None:
         """Apply every record appended so far (for ``follow=False``; with ``follow=True``

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
+from compactlog.arrow.convert import Layout, ValueDecodeError, to_arrow
 from compactlog.errors import ConfigError
-from compactlog.spark.arrow import Layout, ValueDecodeError, to_arrow
 from compactlog.spark.batch import (
     IMPLICIT_SNAPSHOTS,
     InexactReadError,
@@ -242,7 +242,7 @@ def _columns_of(values):
     encoded = encode_batch([b"k%d" % i for i in range(len(values))], values, 1_000)
     data = encoded.to_bytes(0)
     header, _ = read_batch_header(data, 0, len(data))
-    from compactlog.spark.arrow import concat_batches
+    from compactlog.arrow.convert import concat_batches
 
     return concat_batches([decode_batch(data, 0, header)])
 

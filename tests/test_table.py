@@ -342,3 +342,25 @@ def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
         with caplog.at_level(logging.INFO, logger="compactlog.table"):
             Table(log.path, follow=False).close()
     assert "restored 20k of 20k records" in caplog.text
+
+
+def test_a_table_reads_the_declared_formats_and_waits_in_asyncio(tmp_path):
+    import asyncio
+
+    path = tmp_path / "users"
+    with compactlog.open(path, key_format="str", value_format="json") as log:
+        log.append("user:1", {"name": "Ada"})
+        table = compactlog.Table(path)
+        try:
+            assert table["user:1"] == {"name": "Ada"}
+            offset = log.append("user:2", {"name": "Bo"})
+
+            async def wait() -> None:
+                await table.wait_for_async(offset, timeout=30)
+
+            asyncio.run(wait())
+            assert dict(table.items()) == {"user:1": {"name": "Ada"}, "user:2": {"name": "Bo"}}
+        finally:
+            table.close()
+    with compactlog.Table(path, raw=True, follow=False) as raw:
+        assert raw[b"user:1"] == b'{"name":"Ada"}'

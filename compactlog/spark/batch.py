@@ -35,16 +35,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrow.convert import Columns, chunk_columns
 from ..compaction.offset_map import key_digests
 from ..errors import InexactReadError
-from ..format import RecordBatch
 from ..headindex import HeadIndex, build_head_map
 from ..latest import check_exact
 from ..reader import iter_batches
 from ..segment import list_segments
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
 from ..state_files import read_cleaner_state
-from .arrow import CHUNK_BYTES, CHUNK_RECORDS, Columns, concat_batches
 from .options import ReadOptions
 from .ranges import Partition, plan_partitions
 
@@ -188,21 +187,6 @@ def plan_read(options: ReadOptions) -> ReadPlan:
 # -- reading one partition ------------------------------------------------------------
 
 
-def _chunks(directory: str, start: int, end: int) -> Iterator[Columns]:
-    """The partition's records as :class:`Columns` of about :data:`CHUNK_RECORDS`."""
-    pending: list[RecordBatch] = []
-    records = size = 0
-    for batch in iter_batches(directory, start, end):
-        pending.append(batch)
-        records += len(batch)
-        size += len(batch.keys_blob) + len(batch.values_blob)
-        if records >= CHUNK_RECORDS or size >= CHUNK_BYTES:
-            yield concat_batches(pending)
-            pending, records, size = [], 0, 0
-    if pending:
-        yield concat_batches(pending)
-
-
 def keep_mask(plan: ReadPlan, columns: Columns) -> np.ndarray | None:
     """Which records of ``columns`` the plan returns (``None``: all of them)."""
     keep: np.ndarray | None = None
@@ -238,7 +222,7 @@ def read_partition(
     plan: ReadPlan, partition: Partition
 ) -> Iterator[tuple[Columns, np.ndarray | None]]:
     """The chunks of one partition with the mask of records to return."""
-    for columns in _chunks(plan.directory, partition.start, partition.end):
+    for columns in chunk_columns(iter_batches(plan.directory, partition.start, partition.end)):
         keep = keep_mask(plan, columns)
         if keep is not None and not bool(keep.any()):
             continue

@@ -21,6 +21,8 @@ MODES = ("latest", "changelog")
 VALUE_FORMATS = ("binary", "string", "json")
 DEFAULT_SNAPSHOT_RETENTION_MINUTES = 24 * 60
 
+METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
+
 OPTION_NAMES = (
     "mode",
     "asOfOffset",
@@ -268,3 +270,20 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         snapshot_dir=options.get("snapshotdir") or None,
         snapshot_retention_minutes=retention or DEFAULT_SNAPSHOT_RETENTION_MINUTES,
     )
+
+
+def schema_ddl(options: ReadOptions) -> str:
+    """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
+    if options.value_format == "json":
+        if not options.value_schema:
+            raise ConfigError(
+                "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
+                ".schema(...)"
+            )
+        value = options.value_schema.strip().rstrip(",")
+    elif options.value_format == "string":
+        value = "value STRING"
+    else:
+        value = "value BINARY"
+    deleted = ", deleted BOOLEAN" if options.changelog else ""
+    return f"key BINARY, {value}, {METADATA_DDL}{deleted}"

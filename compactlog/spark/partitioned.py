@@ -145,7 +145,8 @@ class PartitionedReader(DataSourceReader):
     """Plans every log of the directory (each through its own implicit snapshot)."""
 
     def __init__(self, options: ReadOptions, schema: Any) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
         from .batch import plan_read
 
         self.options = options
@@ -167,7 +168,8 @@ class PartitionedReader(DataSourceReader):
         return parts or [PartitionedInputPartition(0, -1, 0, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
+        from ..arrow.convert import Layout, to_arrow
+        from .arrow import target_schema
         from .batch import Partition, read_partition
 
         assert isinstance(partition, PartitionedInputPartition)

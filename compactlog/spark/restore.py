@@ -1,11 +1,16 @@
-"""Restore: the latest value of every key of a log, as a table written by Spark.
+"""Restore: the latest value of every key of a log, as a table written by an engine.
 
 :func:`restore` is what ``compactlog restore`` runs. It reads the log through a snapshot
 taken first (so the table is one consistent state even while writers and the cleaner
-work), writes the table to a temporary directory beside the output, puts
-``_compactlog.json`` (source, snapshot end offset, rows, time taken) into it and renames it
-into place. A second restore that would read the same end offset (and options) finds the
-record and does nothing.
+work), has an engine write the table to a temporary directory beside the output, puts
+``_compactlog.json`` (source, snapshot end offset, engine, rows, time taken) into it and
+renames it into place (:func:`_replace_output`). A second restore that would read the same
+end offset (and options) finds the record and does nothing.
+
+Engines: ``spark`` (the ``compactlog`` data source in a SparkSession: local or a cluster,
+every format Spark writes) and ``arrow`` (:mod:`.restore_arrow`: the same rows and columns
+from this process, no JVM, Parquet, ORC and CSV). ``auto`` (:func:`choose_engine`) takes
+Arrow unless the job needs Spark or the snapshot is large for this machine's memory.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
+from .options import ReadOptions
 
 RESULT_FILE = "_compactlog.json"
 FORMATS = ("parquet", "json", "csv", "orc")
+ENGINES = ("auto", "arrow", "spark")
 RESTORE_SNAPSHOTS = ".snapshots"
+ARROW_MEMORY_SHARE = 4  # auto: Arrow while the snapshot is at most 1/4 of physical memory
 
 
 @dataclass
@@ -36,8 +45,9 @@ class RestoreResult:
     rows: int
     value_format: str
     value_schema: str | None
+    engine: str = "spark"
     snapshot_seconds: float = 0.0
-    spark_seconds: float = 0.0
+    spark_seconds: float = 0.0  # the engine's time (either engine; the name is historical)
     seconds: float = 0.0
     skipped: bool = False  # the output already held this state
     created_ms: int = 0
@@ -87,13 +97,15 @@ def restore(
     spark: Any = None,
     progress: bool | None = None,
     allow_inexact: bool = False,
+    engine: str = "auto",
 ) -> RestoreResult:
     """Write the latest state of the log (or snapshot) at ``path`` to ``output``.
 
     ``as_of`` restores the state below that offset (refused below the cleaner point unless
     ``allow_inexact``); ``value_format="json"`` with ``value_schema`` (DDL) turns values into
-    columns. ``spark``: a session to use (else a local one on ``master``, default
-    ``local[*]``). ``progress``: Spark's stage progress bar (default: on a terminal).
+    columns. ``engine``: ``"arrow"``, ``"spark"`` or ``"auto"`` (:func:`choose_engine`).
+    ``spark``: a session to use (else a local one on ``master``, default ``local[*]``).
+    ``progress``: Spark's stage progress bar (default: on a terminal).
     """
     started = time.perf_counter()
     source = os.path.abspath(os.fspath(path))
@@ -102,6 +114,10 @@ def restore(
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     if value_format == "json" and not value_schema:
         raise ConfigError("value_format='json' needs value_schema (a DDL string)")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "arrow":
+        _check_arrow_job(format, value_schema, master, spark)
     end_now = _end_offset_now(source)
     result = RestoreResult(
         source=source,
@@ -138,22 +154,37 @@ def restore(
             result.skipped = True
             result.seconds = time.perf_counter() - started
             return result
-        spark_started = time.perf_counter()
-        session = spark if spark is not None else _session(master, progress)
-        result.rows = _write_table(
-            session,
-            snapshot_dir,
-            output,
-            format=format,
+        if engine == "auto":
+            engine = choose_engine(
+                format=format,
+                value_schema=value_schema,
+                master=master,
+                spark=spark,
+                snapshot_bytes=manifest.total_bytes,
+            )
+        result.engine = engine
+        engine_started = time.perf_counter()
+        read = ReadOptions(
+            path=snapshot_dir,
             as_of=as_of,
+            allow_inexact=allow_inexact,
             value_format=value_format,
             value_schema=value_schema,
-            partitions=partitions,
-            allow_inexact=allow_inexact,
-            result=result,
-            started=started,
-            spark_started=spark_started,
+            num_partitions=partitions,
         )
+        if engine == "arrow":
+            from .restore_arrow import write_arrow_table
+
+            def fill(directory: str) -> int:
+                return write_arrow_table(read, directory, format)
+
+        else:
+            session = spark if spark is not None else _session(master, progress)
+
+            def fill(directory: str) -> int:
+                return _write_with_spark(session, read, directory, format)
+
+        result.rows = _replace_output(output, fill, result, started, engine_started)
     finally:
         if own_snapshot:
             shutil.rmtree(snapshot_dir, ignore_errors=True)
@@ -184,53 +215,103 @@ def _session(master: str | None, progress: bool | None) -> Any:
     return local_session(
         master or "local[*]",
         app_name="compactlog restore",
-        config={"spark.ui.showConsoleProgress": "true" if show else "false"},
+        config={
+            "spark.ui.showConsoleProgress": "true" if show else "false",
+            # CSV and JSON timestamps in UTC, as the Arrow engine writes them
+            "spark.sql.session.timeZone": "UTC",
+        },
     )
 
 
-def _write_table(
-    spark: Any,
-    snapshot_dir: str,
-    output: str,
+def choose_engine(
     *,
     format: str,
-    as_of: int | None,
-    value_format: str,
     value_schema: str | None,
-    partitions: int | None,
-    allow_inexact: bool,
+    master: str | None,
+    spark: Any,
+    snapshot_bytes: int,
+    memory_bytes: int | None = None,
+) -> str:
+    """The engine ``engine="auto"`` runs, in this order:
+
+    1. ``spark`` when a Spark master or session is given (the user asked for Spark);
+    2. ``spark`` when the Arrow engine cannot do the job: ``format="json"`` (pyarrow writes
+       no JSON) or a ``value_schema`` it cannot read (:mod:`.ddl`);
+    3. ``spark`` when the snapshot's bytes exceed a quarter (:data:`ARROW_MEMORY_SHARE`)
+       of this machine's physical memory (``memory_bytes``; Spark spreads a large job over
+       every core) and pyspark is installed;
+    4. ``arrow`` otherwise: no JVM to start, so a small log restores in well under a
+       second. The Arrow engine streams the snapshot in chunks of 64k records: its memory
+       is a chunk plus 24 bytes per key of the dirty head, far below the snapshot.
+    """
+    from .ddl import DdlError
+    from .restore_arrow import ARROW_FORMATS, restore_schema
+
+    if master is not None or spark is not None or format not in ARROW_FORMATS:
+        return "spark"
+    if value_schema is not None:
+        try:
+            restore_schema("json", value_schema)
+        except DdlError:
+            return "spark"
+    memory = physical_memory() if memory_bytes is None else memory_bytes
+    if snapshot_bytes > memory // ARROW_MEMORY_SHARE and _spark_installed():
+        return "spark"
+    return "arrow"
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _spark_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyspark") is not None
+
+
+def _check_arrow_job(format: str, value_schema: str | None, master: str | None, spark: Any) -> None:
+    """Refuse, before any snapshot, an Arrow-engine restore that needs Spark."""
+    from .restore_arrow import check_arrow_format, restore_schema
+
+    if master is not None or spark is not None:
+        raise ConfigError("a Spark master or session needs engine='spark' (--engine spark)")
+    check_arrow_format(format)
+    if value_schema is not None:
+        restore_schema("json", value_schema)
+
+
+def _replace_output(
+    output: str,
+    fill: Callable[[str], int],
     result: RestoreResult,
     started: float,
-    spark_started: float,
+    engine_started: float,
 ) -> int:
-    """Steps of the atomic write: temp dir, table, result file, rename aside, rename in.
+    """Write the table with ``fill`` and put it in place of ``output``, atomically.
 
-    A death before the first rename leaves the old output untouched (and a ``.tmp-*``
-    directory to delete); a death between the renames leaves the old table at
-    ``<output>.old-<pid>`` and no ``output`` (never a half-written one).
+    1. ``fill(<output>.tmp-<pid>)`` creates a temporary directory beside the output,
+       writes the table into it and returns its rows. Death here: the old output is
+       untouched; a ``.tmp-*`` directory is left to delete.
+    2. Every file in it and the directory itself are fsynced, then ``_compactlog.json``
+       is written into it, fsynced. Death here: as in step 1.
+    3. The old output, if any, is renamed to ``<output>.old-<pid>``. Death here: the old
+       table is at ``<output>.old-<pid>`` and there is no ``output`` (never a half-written
+       one); the complete new table is in ``.tmp-<pid>``.
+    4. The temporary directory is renamed to ``output`` and the parent directory fsynced:
+       from here a crash leaves the new table.
+    5. The old table is removed.
     """
-    from .session import worker_python_env
-
-    worker_python_env()
-    reader = spark.read.format("compactlog").option("valueFormat", value_format)
-    if value_schema:
-        reader = reader.option("valueSchema", value_schema)
-    if as_of is not None:
-        reader = reader.option("asOfOffset", str(as_of))
-    if allow_inexact:
-        reader = reader.option("allowInexact", "true")
-    if partitions is not None:
-        reader = reader.option("numPartitions", str(partitions))
-    df = reader.load(snapshot_dir)
-    if format == "csv":
-        df = _csv_ready(df)
     temp = f"{output}.tmp-{os.getpid()}"
     shutil.rmtree(temp, ignore_errors=True)
     try:
-        df.write.format(format).mode("error").save(temp)
-        rows = _count_rows(spark, temp, format, df.schema)
+        rows = fill(temp)  # step 1
+        for name in os.listdir(temp):  # step 2
+            _fsync_path(os.path.join(temp, name), os.O_RDONLY)
+        _fsync_path(temp, os.O_RDONLY | os.O_DIRECTORY)
         result.rows = rows
-        result.spark_seconds = time.perf_counter() - spark_started
+        result.spark_seconds = time.perf_counter() - engine_started
         result.seconds = time.perf_counter() - started
         document = result.to_json()
         document.pop("skipped", None)
@@ -239,17 +320,42 @@ def _write_table(
             handle.flush()
             os.fsync(handle.fileno())
         old = None
-        if os.path.exists(output):
+        if os.path.exists(output):  # step 3
             old = f"{output}.old-{os.getpid()}"
             os.rename(output, old)
-        os.rename(temp, output)
-        _fsync_dir(os.path.dirname(output))
-        if old is not None:
+        os.rename(temp, output)  # step 4
+        _fsync_path(os.path.dirname(output), os.O_RDONLY | os.O_DIRECTORY)
+        if old is not None:  # step 5
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return rows
+
+
+def _write_with_spark(spark: Any, read: ReadOptions, directory: str, format: str) -> int:
+    """The Spark engine: the ``compactlog`` source's table, read with ``read``, written by
+    Spark into ``directory`` (which it creates); returns its rows."""
+    from .session import worker_python_env
+
+    worker_python_env()
+    reader = spark.read.format("compactlog").option("valueFormat", read.value_format)
+    if read.value_schema:
+        reader = reader.option("valueSchema", read.value_schema)
+    if read.as_of is not None:
+        reader = reader.option("asOfOffset", str(read.as_of))
+    if read.allow_inexact:
+        reader = reader.option("allowInexact", "true")
+    if read.num_partitions is not None:
+        reader = reader.option("numPartitions", str(read.num_partitions))
+    df = reader.load(read.path)
+    if format == "csv":
+        df = _csv_ready(df)
+    writer = df.write.format(format).mode("error")
+    if format == "csv":
+        writer = writer.option("escape", '"')  # RFC 4180 quotes, as the Arrow engine writes
+    writer.save(directory)
+    return _count_rows(spark, directory, format, df.schema)
 
 
 def _count_rows(spark: Any, directory: str, format: str, schema: Any) -> int:
@@ -285,12 +391,21 @@ def _csv_ready(df: Any) -> Any:
     return df.select(*columns)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-__all__ = ["FORMATS", "RESULT_FILE", "RestoreResult", "read_result", "restore"]
+__all__ = [
+    "ENGINES",
+    "FORMATS",
+    "RESULT_FILE",
+    "RestoreResult",
+    "choose_engine",
+    "physical_memory",
+    "read_result",
+    "restore",
+]

@@ -24,28 +24,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
-from .options import ReadOptions, parse_options
+from .options import ReadOptions, parse_options, schema_ddl
 from .user_errors import ours
-
-METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
-
-
-def schema_ddl(options: ReadOptions) -> str:
-    """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
-    if options.value_format == "json":
-        if not options.value_schema:
-            raise ConfigError(
-                "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
-                ".schema(...)"
-            )
-        value = options.value_schema.strip().rstrip(",")
-    elif options.value_format == "string":
-        value = "value STRING"
-    else:
-        value = "value BINARY"
-    deleted = ", deleted BOOLEAN" if options.changelog else ""
-    return f"key BINARY, {value}, {METADATA_DDL}{deleted}"
 
 
 class CompactLogPartition(InputPartition):
@@ -66,7 +46,8 @@ class CompactLogReader(DataSourceReader):
 
     @ours
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
         from .batch import plan_read
 
         self.options = options
@@ -79,7 +60,8 @@ class CompactLogReader(DataSourceReader):
 
     @ours
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
+        from ..arrow.convert import Layout, to_arrow
+        from .arrow import target_schema
         from .batch import Partition, read_partition
 
         assert isinstance(partition, CompactLogPartition)
@@ -133,4 +115,4 @@ class CompactLogDataSource(DataSource):
         return make_writer(self.options, schema, overwrite)
 
 
-__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader", "schema_ddl"]
+__all__ = ["CompactLogDataSource", "CompactLogPartition", "CompactLogReader"]

@@ -104,7 +104,8 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """Micro-batches over log offsets; see the module docstring for the guarantees."""
 
     def __init__(self, options: ReadOptions, stream: StreamOptions, schema: StructType) -> None:
-        from .arrow import Layout, target_schema
+        from ..arrow.convert import Layout
+        from .arrow import target_schema
 
         self.options = options
         self.stream = stream
@@ -171,12 +172,13 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .arrow import Layout, target_schema, to_arrow
-        from .batch import _chunks
+        from ..arrow.convert import Layout, chunk_columns, to_arrow
+        from ..reader import iter_batches
+        from .arrow import target_schema
 
         assert isinstance(partition, CompactLogPartition)
         layout = Layout(target_schema(self.schema), self.options.value_format)
-        for columns in _chunks(self.path, partition.start, partition.end):
+        for columns in chunk_columns(iter_batches(self.path, partition.start, partition.end)):
             yield to_arrow(columns, None, layout)
 
     def commit(self, end: dict) -> None:

@@ -9,10 +9,10 @@ offsets: the encoding, the costly part, runs in parallel on the executors and th
 share is nearly a file copy. A failed, retried or aborted task, and an aborted job, leave
 nothing in the log (the protocol is on :func:`commit_staged`).
 
-Columns: ``key`` and ``value`` (``binary`` or ``string``, a null value is a tombstone),
-optional ``timestamp`` (``timestamp``, or ``bigint`` milliseconds; null means "now") and
-optional ``headers`` (``map<string, binary|string>``). Any other column is refused before a
-task runs, as is ``mode("overwrite")``: a log is append-only.
+Columns: those :mod:`compactlog.arrow.encode` (the encoder, shared with
+``Log.append_arrow``) takes: ``key``, ``value``, optional ``timestamp`` and ``headers``.
+Any other column is refused before a task runs, as is ``mode("overwrite")``: a log is
+append-only.
 """
 
 from __future__ import annotations
@@ -28,31 +28,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from ..errors import CompactLogError, ConfigError, InvalidRecordError, RecordTooLargeError
-from ..format import (
-    CODECS,
-    STAGING_FILE_HEADER,
-    EncodedBatch,
-    encode_columns,
-    encode_header_column,
-    read_staged_batches,
+from ..arrow.encode import (
+    APPEND_RECORDS,
+    LogEncoding,
+    check_write_schema,
+    encode_rows,
+    log_encoding,
+    normalize,
 )
+from ..errors import CompactLogError, ConfigError
+from ..format import STAGING_FILE_HEADER, EncodedBatch, read_staged_batches
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
-from ..state_files import read_meta
-from ..writer import encode_within_segment
 
 STAGING_DIR = ".spark-staging"
 COMMIT_FILE = "COMMIT"
 STAGED_SUFFIX = ".batches"
 PARTIAL_SUFFIX = ".partial"
-APPEND_RECORDS = 1 << 16  # rows per staged batch (what the old commit gave append_batch)
-WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
 
 
 class WriteRefusedByModeError(ConfigError):
@@ -79,192 +74,7 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(path, os.path.abspath(str(staging)), _int(options, "numLogs", minimum=1))
 
 
-def check_write_schema(schema: pa.Schema) -> None:
-    """Refuse, naming the column, what the writer cannot store."""
-    names = schema.names
-    unknown = [n for n in names if n.lower() not in WRITE_COLUMNS]
-    if unknown:
-        raise ConfigError(
-            f"column(s) {', '.join(unknown)} cannot be written to a log (columns: key, value, "
-            "optional timestamp and headers): select or rename them first"
-        )
-    lowered = [n.lower() for n in names]
-    for required in ("key", "value"):
-        if required not in lowered:
-            raise ConfigError(f"the DataFrame has no {required!r} column (binary or string)")
-    for field in schema:
-        name, type_ = field.name.lower(), field.type
-        if name in ("key", "value") and not (
-            pa.types.is_binary(type_) or pa.types.is_string(type_) or pa.types.is_null(type_)
-        ):
-            raise ConfigError(f"column {field.name} must be binary or string, not {type_}")
-        if name == "timestamp" and not (pa.types.is_timestamp(type_) or pa.types.is_integer(type_)):
-            raise ConfigError(
-                f"column timestamp must be a timestamp or bigint milliseconds, not {type_}"
-            )
-        if name == "headers" and not (
-            pa.types.is_map(type_)
-            and pa.types.is_string(type_.key_type)
-            and (pa.types.is_binary(type_.item_type) or pa.types.is_string(type_.item_type))
-        ):
-            raise ConfigError(f"column headers must be map<string, binary|string>, not {type_}")
-
-
-def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``key``/``value`` as binary, ``timestamp`` as int64 ms, lower-case column names."""
-    arrays, names = [], []
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        name = name.lower()
-        if name in ("key", "value"):
-            column = column.cast(pa.binary())
-        elif name == "timestamp":
-            if pa.types.is_timestamp(column.type):
-                column = pc.divide(column.cast(pa.timestamp("us")).cast(pa.int64()), 1000)
-            column = column.cast(pa.int64())
-        arrays.append(column)
-        names.append(name)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
 # -- encoding and staging (tasks) -----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LogEncoding:
-    """What a task needs of a target log's configuration to encode its batches, read by
-    the driver when the job starts (the commit checks the batches again against the
-    configuration the log has then: :meth:`compactlog.log.Log.check_encoded`)."""
-
-    codec: int
-    level: int
-    cleanup_policy: str
-    max_record_bytes: int
-    segment_bytes: int
-
-    @property
-    def compacted(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-
-def log_encoding(path: str) -> LogEncoding:
-    """The encoding settings of the log at ``path`` (which must exist)."""
-    config = read_meta(path).config
-    return LogEncoding(
-        CODECS[config.compression],
-        config.compression_level,
-        config.cleanup_policy,
-        config.max_record_bytes,
-        config.segment_bytes,
-    )
-
-
-def binary_column(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
-    """A ``binary`` column as the batch body wants it: ``int32`` lengths (-1 for a null)
-    and the parts whose concatenation is the blob, taken from Arrow's offset and data
-    buffers (views, no per-record object; the body is their one copy)."""
-    lengths: list[np.ndarray] = []
-    parts: list[Any] = []
-    for chunk in column.chunks:
-        chunk_lengths, part = _binary_chunk(chunk)
-        lengths.append(chunk_lengths)
-        parts.append(part)
-    if not lengths:
-        return np.empty(0, dtype=np.int32), []
-    return (lengths[0] if len(lengths) == 1 else np.concatenate(lengths)), parts
-
-
-def _binary_chunk(chunk: pa.Array) -> tuple[np.ndarray, Any]:
-    n = len(chunk)
-    if not n:
-        return np.empty(0, dtype=np.int32), b""
-    if chunk.null_count:
-        # a null slot may still span bytes of the data buffer (Arrow allows it): take the
-        # present values' bytes from the array without its nulls
-        lengths = np.full(n, -1, dtype=np.int32)
-        present, part = _binary_chunk(chunk.drop_null())
-        lengths[chunk.is_valid().to_numpy(zero_copy_only=False)] = present
-        return lengths, part
-    _validity, offsets_buffer, data = chunk.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=4 * chunk.offset)
-    first, last = int(offsets[0]), int(offsets[-1])
-    part = memoryview(data)[first:last] if data is not None and last > first else b""
-    return np.diff(offsets).astype(np.int32, copy=False), part
-
-
-def encode_table(table: pa.Table, encoding: LogEncoding, now_ms: int) -> EncodedBatch:
-    """Rows of a normalized table (``key``, ``value``, optional ``timestamp`` and
-    ``headers``) as one batch, by ``format.encode_columns`` (byte for byte what
-    ``format.encode_batch`` makes of the same rows as Python objects; tested). A null or
-    absent timestamp is ``now_ms``. Headers are the one column encoded per record
-    (``format.encode_headers``)."""
-    names = table.schema.names
-    timestamps: int | np.ndarray = now_ms
-    if "timestamp" in names:
-        stamps = table.column("timestamp")
-        if stamps.null_count:
-            stamps = pc.fill_null(stamps, now_ms)
-        timestamps = stamps.to_numpy()
-    headers = None
-    if "headers" in names and table.column("headers").null_count < table.num_rows:
-        headers = [
-            None if h is None else {k: _bytes(v) for k, v in h}
-            for h in table.column("headers").to_pylist()
-        ]
-    header_lengths, header_parts = encode_header_column(headers)
-    return encode_columns(
-        *binary_column(table.column("key")),
-        *binary_column(table.column("value")),
-        timestamps,
-        header_lengths=header_lengths,
-        header_parts=header_parts,
-        codec=encoding.codec,
-        level=encoding.level,
-    )
-
-
-def _bytes(value: Any) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else value
-
-
-def encode_rows(table: pa.Table, encoding: LogEncoding, log: str) -> list[EncodedBatch]:
-    """Rows of a normalized table as the batches ``Log.append_batch`` would append for
-    them (one, or several cut by ``writer.encode_within_segment`` so segments still roll
-    near ``segment_bytes``), refusing in the task what the log would refuse: a null key on
-    a compacted log, a negative timestamp, a record over ``max_record_bytes``."""
-    keys = table.column("key")
-    if keys.null_count and encoding.compacted:
-        raise InvalidRecordError(
-            f"{keys.null_count} row(s) with a null key: the log is compacted "
-            f"(cleanup_policy={encoding.cleanup_policy!r}) and every record needs a key; "
-            "filter them out (or write to a log whose cleanup_policy has no 'compact')",
-            path=log,
-        )
-    if "timestamp" in table.schema.names:
-        lowest = pc.min(table.column("timestamp")).as_py()
-        if lowest is not None and lowest < 0:
-            raise InvalidRecordError(
-                f"timestamp {lowest} ms is before 1970: timestamps must be non-negative",
-                path=log,
-            )
-    now = wall_clock_ms()
-
-    def encode(lo: int, hi: int) -> EncodedBatch:
-        part = table if lo == 0 and hi == table.num_rows else table.slice(lo, hi - lo)
-        return encode_table(part, encoding, now)
-
-    def sizes() -> list[int]:
-        key_lengths, _ = binary_column(keys)
-        value_lengths, _ = binary_column(table.column("value"))
-        return (np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).tolist()
-
-    batches = encode_within_segment(encode, table.num_rows, sizes, encoding.segment_bytes)
-    largest = max(b.largest_record for b in batches)
-    if largest > encoding.max_record_bytes:
-        raise RecordTooLargeError(
-            f"a record of {largest} bytes exceeds max_record_bytes={encoding.max_record_bytes}",
-            path=log,
-        )
-    return batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +141,7 @@ class StagingFile:
     def _encode_pending(self) -> None:
         table = pa.Table.from_batches(self.pending)
         self.pending, self.pending_rows = [], 0
-        for encoded in encode_rows(table, self.encoding, self.log):
+        for encoded in encode_rows(table, self.encoding, self.log, wall_clock_ms()):
             self.file.write(encoded.header(0))
             self.file.write(encoded.body)
             self.size += encoded.size
@@ -590,8 +400,6 @@ __all__ = [
     "WriteRefusedByModeError",
     "check_write_schema",
     "commit_staged",
-    "encode_rows",
-    "encode_table",
     "make_writer",
     "parse_write_options",
 ]

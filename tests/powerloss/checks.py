@@ -32,7 +32,7 @@ import compactlog
 from compactlog import filenames
 
 from .models import CrashState
-from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, reboot
+from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, rebooted
 
 Read = list[tuple[int, bytes, bytes | None]]
 BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')  # a repr of bytes
@@ -56,8 +56,12 @@ class CheckFailed(Exception):
 
 def check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
     """Every failure of ``state`` given what was promised when power was lost."""
+    with rebooted():  # the power loss: heads stored before it are stale
+        return _check_state(state, promise, workload)
+
+
+def _check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
     failures: list[Failure] = []
-    reboot()  # the power loss: heads stored before it are stale (compactlog.head.BOOT)
     with _copy(state) as root:
         failures += _run(
             "read-only", root, lambda found: _check_read_only(root, promise, workload, found)

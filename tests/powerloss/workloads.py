@@ -386,21 +386,27 @@ def _second_run(session: Session, state: CrashState, promise: Promise, *, size: 
     """Materialize crash state A, then open it writable, append three records of ``size``
     bytes under ``sync="always"`` and close, recorded."""
     state.materialize(session.root)
-    reboot()  # the power loss
-    kept, end = _after_open(state)  # the records recovered, and where new ones will go
-    written = list(promise.written[:kept]) + records(kept + 3, size=size)[kept:]
-    # (offsets lost records had are skipped: recovery starts new ones at ``end``)
-    offsets = (*range(kept), *range(end, end + 3))
-    session.expect(written, offsets=offsets)
-    session.ack(promise.acked)
-    with session.recording(), compactlog.open(session.log, sync="always") as log:
-        _append(session, log, written, kept, "always", 1, 1)
+    with rebooted():  # the power loss
+        kept, end = _after_open(state)  # the records recovered, and where new ones go
+        written = list(promise.written[:kept]) + records(kept + 3, size=size)[kept:]
+        # (offsets lost records had are skipped: recovery starts new ones at ``end``)
+        offsets = (*range(kept), *range(end, end + 3))
+        session.expect(written, offsets=offsets)
+        session.ack(promise.acked)
+        with session.recording(), compactlog.open(session.log, sync="always") as log:
+            _append(session, log, written, kept, "always", 1, 1)
 
 
-def reboot() -> None:
-    """A power loss is a reboot: a new boot id, so that heads stored before it are stale
-    (``compactlog.head.BOOT``)."""
+@contextmanager
+def rebooted() -> Iterator[None]:
+    """A power loss is a reboot: a boot id of its own while inside, so that heads stored
+    before it are stale (``compactlog.head.BOOT``); this process's own boot id after."""
+    before = BOOT.id
     BOOT.id = os.urandom(16)
+    try:
+        yield
+    finally:
+        BOOT.id = before
 
 
 def _after_open(state: CrashState) -> tuple[int, int]:

@@ -1,0 +1,255 @@
+"""``restore`` with the Arrow engine (no JVM): the table, the manifest, the atomic replace,
+the ``auto`` choice. Equality with the Spark engine's output: tests/spark/test_spark_restore.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
+import pytest
+
+import compactlog
+from compactlog.errors import ConfigError
+from compactlog.spark import restore_arrow
+from compactlog.spark.batch import InexactReadError
+from compactlog.spark.ddl import DdlError, arrow_schema
+from compactlog.spark.restore import RESULT_FILE, choose_engine, restore
+from compactlog.spark.restore_arrow import base64_array
+
+from .spark.test_spark_source import build_log, model
+
+CLI = os.path.join(os.path.dirname(sys.executable), "compactlog")
+
+
+def parquet_state(out):
+    table = pq.read_table(out / "part-00000.parquet")
+    return dict(
+        zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
+    )
+
+
+def test_restore_writes_the_model_one_file_and_the_manifest(tmp_path):
+    ops = build_log(tmp_path / "log")
+    out = tmp_path / "table"
+    result = restore(tmp_path / "log", out, engine="arrow")
+    assert result.engine == "arrow" and not result.skipped
+    assert sorted(os.listdir(out)) == [RESULT_FILE, "part-00000.parquet"]
+    assert parquet_state(out) == model(ops)
+    document = json.loads((out / RESULT_FILE).read_bytes())
+    assert document["engine"] == "arrow" and document["rows"] == len(model(ops))
+    assert document["source"] == str(tmp_path / "log") and document["end_offset"] == len(ops)
+    assert not any(p.name.startswith("table.") for p in tmp_path.iterdir())  # no leftovers
+    assert os.listdir(tmp_path / "log" / ".snapshots") == []
+
+
+def test_the_table_has_the_spark_sources_columns_and_types(tmp_path):
+    build_log(tmp_path / "log", records=300, keys=20)
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"with-headers", b"v", headers={"h": b"x"}, timestamp_ms=1_700_000_000_123)
+    restore(tmp_path / "log", tmp_path / "out", engine="arrow", value_format="string")
+    table = pq.read_table(tmp_path / "out")
+    assert table.schema.names == ["key", "value", "offset", "timestamp", "headers"]
+    assert table.schema.field("value").type == pa.string()
+    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    row = table.filter(pa.compute.equal(table.column("key"), b"with-headers")).to_pylist()[0]
+    assert row["headers"] == [("h", b"x")] and row["timestamp"].timestamp() == 1_700_000_000.123
+
+
+def test_a_second_restore_at_the_same_end_offset_does_nothing_and_appends_redo_it(tmp_path):
+    ops = build_log(tmp_path / "log", records=500, keys=30)
+    out = tmp_path / "table"
+    restore(tmp_path / "log", out, engine="arrow")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    assert restore(tmp_path / "log", out, engine="arrow").skipped
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"new-key", b"new-value")
+    ops.append((b"new-key", b"new-value"))
+    assert not restore(tmp_path / "log", out, engine="arrow").skipped
+    assert parquet_state(out) == model(ops)
+
+
+def test_a_failed_write_leaves_the_old_table_and_no_temporary_directory(tmp_path, monkeypatch):
+    ops = build_log(tmp_path / "log", records=400, keys=30)
+    out = tmp_path / "table"
+    restore(tmp_path / "log", out, engine="arrow")
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"new-key", b"new-value")
+    real = restore_arrow.csv_ready
+
+    def half_written(batch):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(restore_arrow, "csv_ready", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        restore(tmp_path / "log", out, engine="arrow", format="csv")
+    monkeypatch.setattr(restore_arrow, "csv_ready", real)
+    assert parquet_state(out) == model(ops)  # the old table, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "table"]
+
+
+def test_orc_and_csv_hold_the_same_table_as_parquet(tmp_path):
+    build_log(tmp_path / "log", records=600, keys=40)
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b'a,"quoted"', b"v", headers={"h": b"x,y"}, timestamp_ms=1_700_000_000_123)
+    for fmt in ("parquet", "orc", "csv"):
+        restore(tmp_path / "log", tmp_path / fmt, engine="arrow", format=fmt)
+    parquet = pq.read_table(tmp_path / "parquet" / "part-00000.parquet")
+    from_orc = orc.read_table(str(tmp_path / "orc" / "part-00000.orc"))
+    assert from_orc.cast(parquet.schema).equals(parquet)  # ORC reads timestamps back in ns
+    csv = pa_csv.read_csv(
+        tmp_path / "csv" / "part-00000.csv",
+        read_options=pa_csv.ReadOptions(column_names=parquet.schema.names),
+        convert_options=pa_csv.ConvertOptions(
+            column_types={n: pa.string() for n in parquet.schema.names}
+        ),
+    )
+    assert csv.column("key").to_pylist() == [
+        base64.b64encode(k).decode() for k in parquet.column("key").to_pylist()
+    ]
+    row = next(r for r in csv.to_pylist() if r["headers"])
+    assert json.loads(row["headers"]) == {"h": base64.b64encode(b"x,y").decode()}
+    assert row["timestamp"] == "2023-11-14T22:13:20.123Z"
+
+
+def test_json_values_become_columns(tmp_path):
+    ops = build_log(tmp_path / "log", records=800, keys=40, compact_at=())
+    restore(
+        tmp_path / "log",
+        tmp_path / "out",
+        engine="arrow",
+        as_of=400,
+        value_format="json",
+        value_schema="id INT, balance DOUBLE, name STRING",
+    )
+    table = pq.read_table(tmp_path / "out")
+    assert table.schema.field("id").type == pa.int32()
+    expected = {json.loads(v)["id"]: json.loads(v)["name"] for v in model(ops, 400).values()}
+    got = dict(zip(table.column("id").to_pylist(), table.column("name").to_pylist(), strict=True))
+    assert got == expected
+
+
+def test_as_of_below_the_cleaner_point_is_refused_unless_inexact(tmp_path):
+    build_log(tmp_path / "log", records=2000, keys=50, compact_at=(1500,))
+    with pytest.raises(InexactReadError, match="allowInexact"):
+        restore(tmp_path / "log", tmp_path / "out", engine="arrow", as_of=100)
+    assert not (tmp_path / "out").exists()
+    inexact = restore(
+        tmp_path / "log", tmp_path / "out", engine="arrow", as_of=100, allow_inexact=True
+    )
+    assert inexact.as_of == 100 and inexact.rows == pq.read_table(tmp_path / "out").num_rows
+
+
+def test_the_arrow_engine_refuses_what_needs_spark_before_any_work(tmp_path):
+    build_log(tmp_path / "log", records=50)
+    for kwargs, message in [
+        ({"format": "json"}, "pyarrow has no json writer"),
+        ({"master": "local[1]"}, "needs engine='spark'"),
+        ({"value_format": "json", "value_schema": "id INT NOT NULL"}, "Spark engine"),
+        ({"engine": "jvm"}, "engine must be one of"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            restore(tmp_path / "log", tmp_path / "out", **{"engine": "arrow", **kwargs})
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "log" / ".snapshots").exists()  # refused before the snapshot
+
+
+def test_auto_takes_arrow_unless_the_job_needs_spark_or_the_snapshot_is_large():
+    def choose(**kwargs):
+        args = {
+            "format": "parquet",
+            "value_schema": None,
+            "master": None,
+            "spark": None,
+            "snapshot_bytes": 1 << 20,
+            "memory_bytes": 8 << 30,
+        }
+        return choose_engine(**{**args, **kwargs})
+
+    assert choose() == "arrow"
+    assert choose(format="orc") == choose(format="csv") == "arrow"
+    assert choose(value_schema="id INT, name STRING") == "arrow"
+    assert choose(snapshot_bytes=2 << 30) == "arrow"  # a quarter of 8 GiB: still Arrow
+    assert choose(snapshot_bytes=(2 << 30) + 1) == "spark"
+    assert choose(master="local[4]") == "spark"
+    assert choose(spark=object()) == "spark"
+    assert choose(format="json") == "spark"
+    assert choose(value_schema="id INT NOT NULL") == "spark"
+
+
+def test_ddl_schemas_map_to_the_arrow_types_spark_uses():
+    schema = arrow_schema(
+        "a TINYINT, b SMALLINT, c INT, d BIGINT, e FLOAT, f DOUBLE, g DECIMAL(10, 2), "
+        "h BOOLEAN, i STRING, j BINARY, k DATE, l TIMESTAMP, m TIMESTAMP_NTZ, "
+        "n ARRAY<STRING>, o MAP<STRING, INT>, p STRUCT<x: INT, `y z`: STRING>"
+    )
+    assert [f.type for f in schema] == [
+        pa.int8(),
+        pa.int16(),
+        pa.int32(),
+        pa.int64(),
+        pa.float32(),
+        pa.float64(),
+        pa.decimal128(10, 2),
+        pa.bool_(),
+        pa.string(),
+        pa.binary(),
+        pa.date32(),
+        pa.timestamp("us", tz="UTC"),
+        pa.timestamp("us"),
+        pa.list_(pa.string()),
+        pa.map_(pa.string(), pa.int32()),
+        pa.struct([pa.field("x", pa.int32()), pa.field("y z", pa.string())]),
+    ]
+    for bad, message in [
+        ("id INTEGR", "unknown type 'integr'"),
+        ("id", "expected"),
+        ("a INT b INT", "expected ','"),
+    ]:
+        with pytest.raises(DdlError, match=message):
+            arrow_schema(bad)
+
+
+def test_base64_matches_the_standard_library():
+    values = [None, b"", b"a", b"ab", b"abc", b"abcd", bytes(range(256)), b"\xff\xfe"]
+    array = pa.array(values * 3, pa.binary())
+    for part in (array, array.slice(5, 13)):
+        want = [None if v is None else base64.b64encode(v).decode() for v in part.to_pylist()]
+        assert base64_array(part).to_pylist() == want
+
+
+def test_cli_restores_without_a_jvm(tmp_path):
+    ops = build_log(tmp_path / "log", records=500, keys=40)
+    out = tmp_path / "table"
+    env = {
+        **os.environ,
+        "JAVA_HOME": str(tmp_path / "no-java"),
+        "PATH": os.path.dirname(sys.executable),
+    }
+    done = subprocess.run(
+        [CLI, "restore", str(tmp_path / "log"), "--to", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["engine"] == "arrow" and document["rows"] == len(model(ops))
+    assert parquet_state(out) == model(ops)
+    usage = subprocess.run(
+        [CLI, "restore", str(tmp_path / "log"), "--to", str(out), "--engine", "jvm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert usage.returncode == 2 and "--engine" in usage.stderr
