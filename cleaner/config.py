@@ -1,8 +1,9 @@
 """The service's configuration: a TOML file, then environment variables, then flags.
 
-Every value is checked here, once, before anything runs; an error names the key and where
-it came from (the file, the environment variable or the flag), so ``--check`` in a deploy
-pipeline says exactly what to fix. The file layout (every key optional)::
+Every value is checked here, once, before anything runs; every problem is reported at
+once (:class:`CleanerConfigErrors`), each naming the key and where it came from (the file,
+the environment variable or the flag) with a "did you mean" for a misspelled name, so
+``--check`` in a deploy pipeline says exactly what to fix. The file layout (every key optional)::
 
     roots = ["/var/lib/app/logs"]      # every subdirectory holding a log is cleaned
     logs = ["/srv/other/log"]          # explicit log directories
@@ -50,7 +51,7 @@ from typing import Any
 from apscheduler.triggers.cron import CronTrigger
 
 from compactlog.config import LogConfig
-from compactlog.errors import ConfigError
+from compactlog.errors import ConfigError, did_you_mean
 
 DEFAULT_STATE_NAME = ".compactlog-cleaner.json"
 SERVICE_LOCK_NAME = ".compactlog-cleaner.lock"
@@ -71,13 +72,47 @@ OVERRIDABLE = (
 ENV_PREFIX = "COMPACTLOG_CLEANER_"
 
 
+def _where(key: str, source: str) -> str:
+    """How a message names a setting: ``flag --root``, ``environment variable
+    COMPACTLOG_CLEANER_ROOTS``, ``roots (default)`` or ``<file>: roots``."""
+    if source == "command line":
+        return f"flag {key}"
+    if source == "environment":
+        return f"environment variable {key}"
+    if source == "defaults":
+        return f"{key} (default)"
+    return f"{source}: {key}"
+
+
 class CleanerConfigError(ConfigError):
     """A bad service setting: ``source`` is the file, variable or flag it came from."""
 
     def __init__(self, key: str, message: str, *, source: str) -> None:
         self.key = key
         self.source = source
-        super().__init__(f"{source}: {key}: {message}")
+        self.problems: list[CleanerConfigError] = [self]
+        super().__init__(f"{_where(key, source)}: {message}")
+
+
+class CleanerConfigErrors(CleanerConfigError):
+    """Several bad settings, all reported at once (``problems``, in the order found)."""
+
+    def __init__(self, problems: Sequence[CleanerConfigError]) -> None:
+        self.key, self.source = problems[0].key, problems[0].source
+        self.problems = [p for problem in problems for p in problem.problems]
+        ConfigError.__init__(
+            self,
+            f"{len(self.problems)} problems:\n" + "\n".join(f"  {p}" for p in self.problems),
+        )
+
+
+def raise_all(problems: Sequence[CleanerConfigError]) -> None:
+    """Raise the one problem, or all of them together; nothing when there is none."""
+    flat = [p for problem in problems for p in problem.problems]
+    if len(flat) == 1:
+        raise flat[0]
+    if flat:
+        raise CleanerConfigErrors(flat)
 
 
 @dataclass(frozen=True)
@@ -112,6 +147,21 @@ class ServiceConfig:
     overrides: tuple[Override, ...] = ()
     source: str = "defaults"  # the file it was read from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
+    # field -> (source, key as the user wrote it) of every setting not left at its default
+    origins: Mapping[str, tuple[str, str]] = field(default_factory=dict, compare=False)
+
+    def error(self, name: str, message: str) -> CleanerConfigError:
+        """An error about field ``name``, naming where its value came from."""
+        source, key = self.origins.get(name, (self.source, name))
+        return CleanerConfigError(key, message, source=source)
+
+    @property
+    def metrics_requested(self) -> bool:
+        """Whether a file, variable or flag asked for metrics (``--once`` serves none
+        unless asked)."""
+        return self.metrics_enabled and any(
+            name in self.origins for name in ("metrics_enabled", "metrics_port", "metrics_address")
+        )
 
     @property
     def state_path(self) -> str:
@@ -191,29 +241,49 @@ def from_document(
 ) -> ServiceConfig:
     """Validate a parsed TOML document. Relative paths resolve against ``base_dir``."""
     values: dict[str, Any] = {}
+    problems: list[CleanerConfigError] = []
+    all_keys = [*_TOP, *_SECTIONS, "override", *_toml_keys().values()]
     for key, value in document.items():
         if key in _TOP:
             values[key] = value
         elif key in _SECTIONS:
             if not isinstance(value, dict):
-                raise CleanerConfigError(key, f"must be a table ([{key}])", source=source)
+                problems.append(
+                    CleanerConfigError(key, f"must be a table ([{key}])", source=source)
+                )
+                continue
             known = _SECTIONS[key]
             for sub, sub_value in value.items():
                 if sub not in known:
-                    raise CleanerConfigError(
-                        f"{key}.{sub}",
-                        f"unknown key; known: {', '.join(sorted(known))}",
-                        source=source,
+                    problems.append(
+                        CleanerConfigError(
+                            f"{key}.{sub}",
+                            f"unknown key (known: {', '.join(sorted(known))})"
+                            + did_you_mean(sub, known),
+                            source=source,
+                        )
                     )
+                    continue
                 values[known[sub]] = sub_value
         elif key == "override":
-            values["overrides"] = _overrides(value, source)
+            try:
+                values["overrides"] = _overrides(value, source)
+            except CleanerConfigError as error:
+                problems.append(error)
         else:
             known_keys = sorted([*_TOP, *_SECTIONS, "override"])
-            raise CleanerConfigError(
-                key, f"unknown key; known: {', '.join(known_keys)}", source=source
+            problems.append(
+                CleanerConfigError(
+                    key,
+                    f"unknown key (known: {', '.join(known_keys)})" + did_you_mean(key, all_keys),
+                    source=source,
+                )
             )
-    config = build(values, source=source, keys=_toml_keys(), base_dir=base_dir)
+    try:
+        config = build(values, source=source, keys=_toml_keys(), base_dir=base_dir)
+    except CleanerConfigError as error:
+        problems.append(error)
+    raise_all(problems)
     return config
 
 
@@ -246,7 +316,8 @@ def _overrides(value: Any, source: str) -> tuple[Override, ...]:
             if key not in OVERRIDABLE:
                 raise CleanerConfigError(
                     f"{where}.{key}",
-                    f"not a compaction or retention setting; allowed: {', '.join(OVERRIDABLE)}",
+                    f"not a compaction or retention setting; allowed: {', '.join(OVERRIDABLE)}"
+                    + did_you_mean(key, ["match", *OVERRIDABLE]),
                     source=source,
                 )
         try:
@@ -265,15 +336,51 @@ def from_environment(
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
+    problems: list[CleanerConfigError] = []
+    known = [ENV_PREFIX + suffix for suffix in _ENV]
+    for variable in sorted(environ):
+        if variable.startswith(ENV_PREFIX) and variable not in known and environ[variable]:
+            problems.append(
+                CleanerConfigError(
+                    variable,
+                    "unknown variable (known: "
+                    + ", ".join(known)
+                    + ")"
+                    + did_you_mean(variable, known),
+                    source="environment",
+                )
+            )
     for suffix, name in _ENV.items():
         raw = environ.get(ENV_PREFIX + suffix)
         if raw is None or raw == "":
             continue
         keys[name] = ENV_PREFIX + suffix
-        values[name] = _from_text(name, raw, ENV_PREFIX + suffix)
+        try:
+            values[name] = _from_text(name, raw, ENV_PREFIX + suffix)
+        except CleanerConfigError as error:
+            problems.append(error)
+    config = layer(values, source="environment", keys=keys, base=base, problems=problems)
+    raise_all(problems)
+    return config
+
+
+def layer(
+    values: Mapping[str, Any],
+    *,
+    source: str,
+    keys: Mapping[str, str],
+    base: ServiceConfig,
+    problems: list[CleanerConfigError],
+) -> ServiceConfig:
+    """``base`` with one source's ``values`` applied (:func:`build`); on problems, ``base``
+    unchanged and the problems added to ``problems`` (reported with the other sources')."""
     if not values:
         return base
-    return build(values, source="environment", keys=keys, base=base)
+    try:
+        return build(values, source=source, keys=keys, base=base)
+    except CleanerConfigError as error:
+        problems.append(error)
+        return base
 
 
 def _from_text(name: str, raw: str, key: str) -> Any:
@@ -339,69 +446,77 @@ def build(
         return CleanerConfigError(keys.get(name, name), message, source=source)
 
     changes: dict[str, Any] = {}
+    problems: list[CleanerConfigError] = []
     for name, value in values.items():
-        if name in ("roots", "logs"):
-            changes[name] = _paths(name, value, fail, base_dir)
-        elif name == "overrides":
-            changes[name] = value
-        elif name in ("workers", "misfire_grace_seconds", "metrics_port", "io_bytes_per_second"):
-            low = {"workers": 1, "misfire_grace_seconds": 1}.get(name, 0)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise fail(name, f"must be an integer, not {value!r}")
-            if value < low or (name == "metrics_port" and value > 65535):
-                top = " and at most 65535" if name == "metrics_port" else ""
-                raise fail(name, f"must be at least {low}{top}, not {value}")
-            changes[name] = value
-        elif name in (
-            "interval_seconds",
-            "grace_seconds",
-            "backoff_initial_seconds",
-            "backoff_max_seconds",
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise fail(name, f"must be a number of seconds, not {value!r}")
-            if (value <= 0 and name != "grace_seconds") or value < 0:
-                raise fail(name, f"must be positive, not {value}")
-            changes[name] = float(value)
-        elif name in ("forced_cron", "retention_cron"):
-            if value is not None:
-                if not isinstance(value, str):
-                    raise fail(name, f"must be a crontab string, not {value!r}")
-                try:
-                    CronTrigger.from_crontab(value)
-                except ValueError as error:
-                    raise fail(name, f"not a valid crontab expression {value!r}: {error}") from None
-            changes[name] = value
-        elif name == "metrics_enabled":
-            if not isinstance(value, bool):
-                raise fail(name, f"must be true or false, not {value!r}")
-            changes[name] = value
-        elif name in ("metrics_address", "state_file"):
-            if not isinstance(value, str) or not value:
-                raise fail(name, f"must be a non-empty string, not {value!r}")
-            if name == "state_file" and base_dir and not os.path.isabs(value):
-                value = os.path.join(base_dir, value)
-            changes[name] = value
-        elif name == "log_format":
-            if value not in ("text", "json"):
-                raise fail(name, f"must be 'text' or 'json', not {value!r}")
-            changes[name] = value
-        elif name == "log_level":
-            if not isinstance(value, str) or value.lower() not in (
-                "debug",
-                "info",
-                "warning",
-                "error",
-            ):
-                raise fail(name, f"must be debug, info, warning or error, not {value!r}")
-            changes[name] = value.lower()
-        else:  # pragma: no cover - the readers only pass known fields
-            raise fail(name, "unknown setting")
-    config = replace(config, **changes, source=source if base is None else config.source)
+        try:
+            changes[name] = _checked(name, value, fail, base_dir)
+        except CleanerConfigError as error:
+            problems.append(error)
+    origins = dict(config.origins)
+    origins.update((name, (source, keys.get(name, name))) for name in changes)
+    config = replace(
+        config, **changes, source=source if base is None else config.source, origins=origins
+    )
     initial = changes.get("backoff_initial_seconds", config.backoff_initial_seconds)
     if config.backoff_max_seconds < initial:
-        raise fail("backoff_max_seconds", "must not be below backoff.initial_seconds")
+        problems.append(fail("backoff_max_seconds", "must not be below backoff.initial_seconds"))
+    raise_all(problems)
     return config
+
+
+def _checked(name: str, value: Any, fail: Any, base_dir: str | None) -> Any:
+    """``value`` of field ``name`` as the config holds it; raises ``fail(name, why)``."""
+    if name in ("roots", "logs"):
+        return _paths(name, value, fail, base_dir)
+    if name == "overrides":
+        return value
+    if name in ("workers", "misfire_grace_seconds", "metrics_port", "io_bytes_per_second"):
+        low = {"workers": 1, "misfire_grace_seconds": 1}.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail(name, f"must be an integer, not {value!r}")
+        if value < low or (name == "metrics_port" and value > 65535):
+            top = " and at most 65535" if name == "metrics_port" else ""
+            raise fail(name, f"must be at least {low}{top}, not {value}")
+        return value
+    if name in (
+        "interval_seconds",
+        "grace_seconds",
+        "backoff_initial_seconds",
+        "backoff_max_seconds",
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail(name, f"must be a number of seconds, not {value!r}")
+        if (value <= 0 and name != "grace_seconds") or value < 0:
+            raise fail(name, f"must be positive, not {value}")
+        return float(value)
+    if name in ("forced_cron", "retention_cron"):
+        if value is not None:
+            if not isinstance(value, str):
+                raise fail(name, f"must be a crontab string, not {value!r}")
+            try:
+                CronTrigger.from_crontab(value)
+            except ValueError as error:
+                raise fail(name, f"not a valid crontab expression {value!r}: {error}") from None
+        return value
+    if name == "metrics_enabled":
+        if not isinstance(value, bool):
+            raise fail(name, f"must be true or false, not {value!r}")
+        return value
+    if name in ("metrics_address", "state_file"):
+        if not isinstance(value, str) or not value:
+            raise fail(name, f"must be a non-empty string, not {value!r}")
+        if name == "state_file" and base_dir and not os.path.isabs(value):
+            value = os.path.join(base_dir, value)
+        return value
+    if name == "log_format":
+        if value not in ("text", "json"):
+            raise fail(name, f"must be 'text' or 'json', not {value!r}")
+        return value
+    if name == "log_level":
+        if not isinstance(value, str) or value.lower() not in ("debug", "info", "warning", "error"):
+            raise fail(name, f"must be debug, info, warning or error, not {value!r}")
+        return value.lower()
+    raise fail(name, "unknown setting")  # pragma: no cover - the readers pass known fields
 
 
 def _paths(name: str, value: Any, fail: Any, base_dir: str | None) -> tuple[str, ...]:
@@ -418,17 +533,20 @@ def _paths(name: str, value: Any, fail: Any, base_dir: str | None) -> tuple[str,
 
 
 def check_usable(config: ServiceConfig) -> None:
-    """What ``--check`` adds to parsing: something to clean, and roots that are directories."""
+    """What ``--check`` adds to parsing: something to clean, and roots that are directories.
+    Each problem names where the setting came from (``flag --root``, a variable, the file)."""
+    problems: list[CleanerConfigError] = []
     if not config.roots and not config.logs:
-        raise CleanerConfigError(
-            "roots", "no root and no log configured: nothing to clean", source=config.source
-        )
-    if not config.roots and not config.state_file:
-        raise CleanerConfigError(
-            "state_file",
-            "needed when only explicit logs are configured (it goes in the first root otherwise)",
-            source=config.source,
+        problems.append(config.error("roots", "no root and no log configured: nothing to clean"))
+    elif not config.roots and not config.state_file:
+        problems.append(
+            config.error(
+                "state_file",
+                "needed when only explicit logs are configured (it goes in the first root "
+                "otherwise)",
+            )
         )
     for root in config.roots:
         if not os.path.isdir(root):
-            raise CleanerConfigError("roots", f"{root} is not a directory", source=config.source)
+            problems.append(config.error("roots", f"{root} is not a directory"))
+    raise_all(problems)

@@ -8,19 +8,20 @@ one dropped. Explicit log paths are taken as they are.
 uncleanable mark), ``cleaner.checkpoint`` (the cleaner point, tombstone marks), subscriber
 checkpoints, the head in ``.lock`` (end offset) and segment file names, sizes and mtimes.
 It never opens a segment: a round over a hundred idle logs costs a few hundred ``stat``
-calls. The dirty ratio is the cleaner's own (``compactlog.compaction.cleaner``, step 1):
-whole closed segments past the cleaner point over all closed segments. It cannot see
-``min_compaction_lag_ms`` (that needs record timestamps), so it is an upper bound;
-``compact_log`` makes the exact decision.
+calls. The dirty ratio is the one every figure uses (``compactlog.compaction.dirty``):
+the same as the cleaner's selection. Only a log with ``min_compaction_lag_ms`` set has its
+dirty segments' batch headers read, once per segment file (``timestamp_cache``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import dataclass, field
 
 from compactlog import filenames
+from compactlog.compaction.dirty import Segment, TimestampCache, measure
 from compactlog.config import LogConfig
 from compactlog.errors import CompactLogError
 from compactlog.head import read_log_head
@@ -49,6 +50,7 @@ class LogFacts:
     clean_bytes: int = 0
     dirty_bytes: int = 0
     dirty_ratio: float = 0.0
+    active_bytes: int = 0  # the active segment's data: in no ratio
     first_dirty_offset: int = 0
     end_offset: int = 0
     oldest_dirty_mtime_ms: int | None = None  # mtime of the first dirty closed segment
@@ -115,8 +117,9 @@ def discover(roots: tuple[str, ...], logs: tuple[str, ...]) -> list[LogRef]:
     ]
 
 
-def probe(ref: LogRef, now_ms: int) -> LogFacts:
-    """The log's shape from its small files and segment names and sizes (never their data)."""
+def probe(ref: LogRef, now_ms: int, timestamp_cache: TimestampCache | None = None) -> LogFacts:
+    """The log's shape from its small files and segment names and sizes (their data only
+    for ``min_compaction_lag_ms``: see the module docstring)."""
     facts = LogFacts(ref)
     directory = ref.path
     try:
@@ -149,20 +152,30 @@ def probe(ref: LogRef, now_ms: int) -> LogFacts:
     if len(bases) < 2:
         return facts  # only the active segment: nothing is ever cleanable
     closed = list(zip(itertools.pairwise(bases), sizes, mtimes, strict=False))
-    active_base = bases[-1]
-    # the cleaner's selection (step 1 of compactlog.compaction.cleaner), without the lag bound
-    first_dirty = max(state.first_dirty_offset, meta.log_start_offset, bases[0])
-    first_dirty = min(first_dirty, active_base)
-    facts.first_dirty_offset = first_dirty
-    for (_base, next_base), size, mtime in closed:
-        if next_base <= first_dirty:
-            facts.clean_bytes += size
-        else:
-            facts.dirty_bytes += size
-            if facts.oldest_dirty_mtime_ms is None:
-                facts.oldest_dirty_mtime_ms = mtime
-    total = facts.clean_bytes + facts.dirty_bytes
-    facts.dirty_ratio = facts.dirty_bytes / total if total else 0.0
+    measure_with_lag = functools.partial(
+        measure,
+        directory,
+        [Segment(base, next_base, size) for (base, next_base), size, _ in closed],
+        bases[-1],
+        cleaner_point=state.first_dirty_offset,
+        log_start=meta.log_start_offset,
+        now=now_ms,
+        active_bytes=sizes[-1],
+        timestamp_cache=timestamp_cache,
+    )
+    try:
+        share = measure_with_lag(min_compaction_lag_ms=config.min_compaction_lag_ms)
+    except (CompactLogError, OSError):
+        # a segment's batch headers cannot be read: rank by the ratio without the lag bound
+        # (an upper bound); the pass then finds the damage and marks the log uncleanable
+        share = measure_with_lag(min_compaction_lag_ms=0)
+    facts.first_dirty_offset = share.first_dirty_offset
+    facts.clean_bytes, facts.dirty_bytes = share.clean_bytes, share.dirty_bytes
+    facts.dirty_ratio, facts.active_bytes = share.ratio, share.active_bytes
+    facts.oldest_dirty_mtime_ms = next(
+        (mtime for (_b, next_base), _s, mtime in closed if next_base > share.first_dirty_offset),
+        None,
+    )
     (_first_base, first_next), first_size, first_mtime = closed[0]
     facts.first_closed_size = first_size
     facts.first_closed_next_base = first_next

@@ -24,13 +24,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from compactlog import __version__
+
 from .config import (
     CleanerConfigError,
     ServiceConfig,
-    build,
     check_usable,
     from_environment,
+    layer,
     parse_size,
+    raise_all,
 )
 from .config import load_file as load_config_file
 
@@ -49,6 +52,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "_METRICS_ADDRESS, _IO_BYTES_PER_SECOND, _STATE_FILE, _LOG_FORMAT, ... override the "
         "file; flags override both. See docs/operations.md.",
     )
+    parser.add_argument("--version", action="version", version=f"compactlog-cleaner {__version__}")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument("--check", action="store_true", help="validate the configuration, exit")
     parser.add_argument(
@@ -69,7 +73,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--retention-cron", metavar="CRONTAB", help="retention passes")
     parser.add_argument("--log-format", choices=("text", "json"))
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--once", action="store_true", help="run one round and exit")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="run one round and exit (cron; no metrics unless a metrics setting is given)",
+    )
     parser.add_argument(
         "--force", action="store_true", help="with --once: a forced pass on every compacted log"
     )
@@ -77,9 +85,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServiceConfig:
-    """Defaults, then the file, then the environment, then the flags."""
-    config = load_config_file(args.config) if args.config else ServiceConfig()
-    config = from_environment(config, environ)
+    """Defaults, then the file, then the environment, then the flags. Every problem of the
+    three is reported at once; then :func:`check_usable` (roots, something to clean)."""
+    problems: list[CleanerConfigError] = []
+    config = ServiceConfig()
+    if args.config:
+        try:
+            config = load_config_file(args.config)
+        except CleanerConfigError as error:
+            problems.append(error)
+    try:
+        config = from_environment(config, environ)
+    except CleanerConfigError as error:
+        problems.append(error)
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
 
@@ -96,9 +114,11 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
         try:
             flag("io_bytes_per_second", parse_size(args.io_rate), "--io-rate")
         except ValueError:
-            raise CleanerConfigError(
-                "--io-rate", f"not a byte count: {args.io_rate!r}", source="command line"
-            ) from None
+            problems.append(
+                CleanerConfigError(
+                    "--io-rate", f"not a byte count: {args.io_rate!r}", source="command line"
+                )
+            )
     flag("metrics_address", args.metrics_address, "--metrics-address")
     flag("metrics_port", args.metrics_port, "--metrics-port")
     flag("metrics_enabled", False if args.no_metrics else None, "--no-metrics")
@@ -108,9 +128,9 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     flag("retention_cron", args.retention_cron, "--retention-cron")
     flag("log_format", args.log_format, "--log-format")
     flag("log_level", args.log_level, "--log-level")
-    if values:
-        config = build(values, source="command line", keys=keys, base=config)
-    check_usable(config)
+    config = layer(values, source="command line", keys=keys, base=config, problems=problems)
+    raise_all(problems)
+    check_usable(config)  # only of a config that parsed: a broken file's roots are unknown
     return config
 
 
@@ -196,7 +216,7 @@ def serve(config: ServiceConfig, *, once: bool, force: bool = False) -> int:
     metrics = Metrics()
     server: HealthServer | None = None
     try:
-        if config.metrics_enabled:
+        if config.metrics_enabled and not (once and not config.metrics_requested):
             try:
                 server = HealthServer(
                     metrics, config.metrics_address, config.metrics_port, lambda: ready(config)
@@ -213,9 +233,11 @@ def serve(config: ServiceConfig, *, once: bool, force: bool = False) -> int:
         cleaner = Cleaner(
             config, metrics=metrics, stop=stop, state_path=state_path, metrics_address=address
         )
+        cleaner.mode = "once" if once else "service"
+        schedule = "one round" if once else f"every {config.interval_seconds:g}s"
         logger.info(
-            f"compactlog-cleaner {os.getpid()} started: roots {list(config.roots)}, "
-            f"logs {list(config.logs)}, every {config.interval_seconds:g}s, "
+            f"compactlog-cleaner {__version__} ({os.getpid()}) started: roots "
+            f"{list(config.roots)}, logs {list(config.logs)}, {schedule}, "
             f"{config.workers} worker(s), metrics "
             + (f"http://{address[0]}:{address[1]}/metrics" if address else "off"),
             extra={

@@ -44,7 +44,9 @@ class Metrics:
             f"{PREFIX}_{name}", doc, labels, registry=r
         )
         # per log
-        self.dirty_ratio = g("log_dirty_ratio", "Dirty bytes / closed bytes (cleaner's rule).")
+        self.dirty_ratio = g(
+            "log_dirty_ratio", "Cleanable dirty bytes / cleanable bytes (docs/compaction.md)."
+        )
         self.log_bytes = g("log_bytes", "Bytes of all segment files.")
         self.dirty_bytes = g("log_dirty_bytes", "Bytes of closed segments past the cleaner point.")
         self.segments = g("log_segments", "Segment files.")

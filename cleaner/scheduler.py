@@ -23,6 +23,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from compactlog.compaction.dirty import TimestampCache
 from compactlog.errors import CompactLogError
 
 from . import overrides
@@ -55,6 +56,7 @@ class LogStatus:
     last_outcome: dict[str, Any] | None = None
     last_clean_at: float | None = None
     running: dict[str, Any] | None = None  # the pass in progress
+    timestamps: TimestampCache = field(default_factory=dict)  # probe's, per segment file
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +69,7 @@ class LogStatus:
             "bytes": f.total_bytes if f else None,
             "dirty_bytes": f.dirty_bytes if f else None,
             "dirty_ratio": round(f.dirty_ratio, 4) if f else None,
+            "active_segment_bytes": f.active_bytes if f else None,
             "end_offset": f.end_offset if f else None,
             "subscriber_lag": f.subscriber_lag if f else {},
             "uncleanable": (f.uncleanable or f.error) if f else None,
@@ -106,6 +109,8 @@ class Cleaner:
         self.errors = 0
         self.started_at = time.time()
         self.last_round_at: float | None = None
+        self.last_round: dict[str, Any] | None = None  # the result `cleaner status` reports
+        self.mode = "service"  # or "once" (cron): status judges the last round, not liveness
         self.phase = "starting"
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
@@ -131,7 +136,16 @@ class Cleaner:
             candidate = queue.pop()
             futures.append(self.pool.submit(self._pass, candidate, force, now_ms))
         outcomes = [o for o in (f.result() for f in futures) if o is not None]
+        problems = sorted(o.ref.name for o in outcomes if o.status in ("failed", "uncleanable"))
         with self._lock:
+            self.last_round = {
+                "kind": kind,
+                "finished_at": time.time(),
+                "passes": len(outcomes),
+                "cleaned": sum(1 for o in outcomes if o.status == "cleaned"),
+                "problems": problems,
+                "ok": not problems,
+            }
             self.rounds += 1
             self.queued = 0
             self.metrics.queue.set(0)
@@ -184,7 +198,8 @@ class Cleaner:
         return queue
 
     def _probe(self, ref: LogRef, now_ms: int) -> LogFacts:
-        facts = probe(ref, now_ms)
+        timestamps = self.logs[ref.path].timestamps
+        facts = probe(ref, now_ms, timestamps)
         if facts.error is None and facts.config is not None and self.config.overrides:
             try:  # judged as the pass will run it: stored config, overrides on top
                 settings = overrides.settings_for(self.config, ref, facts.config)
@@ -272,6 +287,17 @@ class Cleaner:
         self._record(outcome)
         return outcome
 
+    def _reprobe(self, ref: LogRef) -> None:
+        """The log's figures after a pass, so the state file and metrics show its result."""
+        status = self.logs.get(ref.path)
+        if status is None:
+            return
+        facts = probe(ref, wall_ms(), status.timestamps)
+        if facts.error is None:
+            with self._lock:
+                status.facts = facts
+            self.metrics.observe_facts(facts, failing=status.failures > 0)
+
     def _record(self, outcome: PassOutcome) -> None:
         ref = outcome.ref
         now = time.time()
@@ -304,6 +330,8 @@ class Cleaner:
                     status.last_clean_at = now
             self._idle.notify_all()
         self.metrics.observe_pass(outcome)
+        if outcome.status in ("cleaned", "skipped"):
+            self._reprobe(ref)
         self._log_outcome(outcome, status)
         self.save_state()
 
@@ -364,6 +392,8 @@ class Cleaner:
                 ),
                 "rounds": self.rounds,
                 "last_round_at": self.last_round_at,
+                "last_round": self.last_round,
+                "mode": self.mode,
                 "passes_running": self.running,
                 "queue": self.queued,
                 "errors": self.errors,

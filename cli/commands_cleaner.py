@@ -2,8 +2,10 @@
 
 The service rewrites its state file after every round and pass (``compactlog.cleaner.state``),
 so this needs no HTTP and works where the metrics port is closed. Exit code 0 when the
-service runs and every log is healthy, 1 when it is not running or some log is uncleanable
-or failing (scripts and health checks can use it), 2 when no state file can be found.
+service runs (or, after ``compactlog-cleaner --once``, its round finished without a failed
+or uncleanable log) and every log is healthy; 1 when it is not running, the last ``--once``
+round failed, or some log is uncleanable or failing (scripts, cron and health checks can
+use it); 2 when no state file can be found.
 """
 
 from __future__ import annotations
@@ -47,9 +49,22 @@ def _state_path(where: str | None) -> str:
 
 
 def _liveness(document: dict[str, Any]) -> tuple[bool, str]:
+    """``(healthy, text)``. A ``--once`` run (cron) is healthy when it finished and its
+    round had no failed or uncleanable log; a service, when its process is alive."""
     from compactlog.cleaner.state import pid_alive
 
     pid = document.get("pid")
+    last = document.get("last_round")
+    if document.get("mode") == "once" and document.get("phase") == "stopped":
+        if not last:
+            return False, f"--once run (pid {pid}) stopped before finishing its round"
+        text = (
+            f"--once run finished {_ago(last['finished_at'])}: {last['passes']} pass(es), "
+            f"{last['cleaned']} cleaned"
+        )
+        if last["problems"]:
+            return False, f"{text}; failed: {', '.join(last['problems'])}"
+        return True, f"{text}; ok"
     if document.get("phase") == "stopped":
         return False, f"stopped (pid {pid})"
     if not isinstance(pid, int) or not pid_alive(pid):
@@ -62,8 +77,11 @@ def _liveness(document: dict[str, Any]) -> tuple[bool, str]:
 @click.argument("where", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the state file, plus liveness).")
 def status(where: str | None, as_json: bool) -> int:
-    """Show the service's state: liveness, rounds, and every log's dirty ratio, size, last
-    clean, failures and uncleanable reason.
+    """Show the service's state: liveness (or the last --once round's result), rounds, and
+    every log's dirty ratio, size, last clean, failures and uncleanable reason.
+
+    Exit code 0 when the service runs, or its last --once run succeeded, and no log is
+    failing or uncleanable; 1 otherwise (a cron health check).
 
     WHERE is a root the service cleans (its state file is ROOT/.compactlog-cleaner.json) or
     the state file itself; by default $COMPACTLOG_CLEANER_STATE_FILE or the first of

@@ -540,14 +540,14 @@ def stats(path: str, as_json: bool) -> int:
     import numpy as np
 
     from compactlog import filenames
-    from compactlog.state_files import read_cleaner_state
 
-    from .scan import dirty_bytes, salvage_batches
+    from .scan import dirty_figures, dirty_text, salvage_batches
 
     with open_read_only(path) as log:
         directory = log.directory
         config = log.config
         start, end = log.start_offset, log.end_offset
+        log_start = log.meta.log_start_offset
     sizes: dict[str, int] = {"segments": 0, "indexes": 0, "other": 0}
     segment_sizes = []
     for name in os.listdir(directory):
@@ -580,7 +580,7 @@ def stats(path: str, as_json: bool) -> int:
             max_ts = high if max_ts is None else max(max_ts, high)
         keys.add(batch.keys())
     distinct, exact = keys.estimate()
-    dirty, total = dirty_bytes(directory, read_cleaner_state(directory).first_dirty_offset)
+    figures = dirty_figures(directory, config, log_start)
     bins = [(0.25, "0-25%"), (0.5, "25-50%"), (0.75, "50-75%"), (1.0, "75-100%")]
     histogram = {label: 0 for _, label in bins}
     histogram[">100%"] = 0
@@ -606,8 +606,7 @@ def stats(path: str, as_json: bool) -> int:
         "segment_bytes": sizes["segments"],
         "index_bytes": sizes["indexes"],
         "other_bytes": sizes["other"],
-        "dirty_bytes": dirty,
-        "dirty_ratio": round(dirty / total, 4) if total else 0.0,
+        **figures,
         "segment_fill_histogram": histogram,
         "unreadable": problems,
     }
@@ -627,7 +626,7 @@ def stats(path: str, as_json: bool) -> int:
                 ("segments", f"{len(segment_sizes)} ({human_bytes(sizes['segments'])})"),
                 ("indexes", human_bytes(sizes["indexes"])),
                 ("other files", human_bytes(sizes["other"])),
-                ("dirty ratio", f"{document['dirty_ratio']:.3f}"),
+                ("dirty ratio", dirty_text(figures)),
             ]
         )
         click.echo()

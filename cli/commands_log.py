@@ -64,14 +64,14 @@ def meta_document(directory: str) -> dict[str, Any]:
     from compactlog.head import read_log_head
     from compactlog.state_files import list_checkpoints, read_cleaner_state
 
-    from .scan import dirty_bytes
+    from .scan import batch_bytes, dirty_figures
 
     with open_read_only(directory) as log:
         meta = log.meta
         start, end = log.start_offset, log.end_offset
         bases = log.get_segments()
     cleaner_point = read_cleaner_state(directory).first_dirty_offset
-    dirty, total = dirty_bytes(directory, cleaner_point)
+    figures = dirty_figures(directory, meta.config, meta.log_start_offset)
     head = read_log_head(directory)
     return {
         "path": directory,
@@ -81,10 +81,9 @@ def meta_document(directory: str) -> dict[str, Any]:
         "end_offset": end,
         "segments": len(bases),
         "active_segment": filenames.segment_name(bases[-1]) if bases else None,
-        "size_bytes": total,
+        "size_bytes": batch_bytes(directory),
         "cleaner_point": cleaner_point,
-        "dirty_bytes": dirty,
-        "dirty_ratio": round(dirty / total, 4) if total else 0.0,
+        **figures,
         "uncleanable": meta.uncleanable,
         "subscribers": len(list_checkpoints(directory)),
         "clean_shutdown": os.path.exists(os.path.join(directory, filenames.CLEAN_SHUTDOWN)),
@@ -106,6 +105,8 @@ def meta(path: str, as_json: bool) -> None:
       compactlog meta ./demo-data/log
       compactlog meta ./demo-data/log --json | jq .dirty_ratio
     """
+    from .scan import dirty_text
+
     document = meta_document(log_dir(path))
     if as_json:
         emit_json(document)
@@ -120,10 +121,7 @@ def meta(path: str, as_json: bool) -> None:
             ("segments", f"{document['segments']} (active {document['active_segment']})"),
             ("size", human_bytes(document["size_bytes"])),
             ("cleaner point", document["cleaner_point"]),
-            (
-                "dirty ratio",
-                f"{document['dirty_ratio']:.3f} ({human_bytes(document['dirty_bytes'])} dirty)",
-            ),
+            ("dirty ratio", dirty_text(document)),
             ("uncleanable", document["uncleanable"] or "no"),
             ("subscribers", document["subscribers"]),
             ("clean shutdown", "yes" if document["clean_shutdown"] else "no"),
@@ -166,8 +164,11 @@ def config_get(path: str, names: tuple[str, ...], as_json: bool) -> None:
         values = log.config.to_dict()
     unknown = [n for n in names if n not in values]
     if unknown:
+        from compactlog.errors import did_you_mean
+
         raise UsageProblem(
             f"unknown config name(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}"
+            + "".join(did_you_mean(name, values) for name in unknown)
         )
     chosen = {n: values[n] for n in names} if names else values
     if as_json:

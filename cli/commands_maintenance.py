@@ -19,27 +19,6 @@ from .progress import MODES as PROGRESS_MODES
 from .progress import ProgressDisplay, resolve_mode
 
 
-def _pretty(name: str, value: Any) -> Any:
-    if isinstance(value, int | float) and not isinstance(value, bool) and name.endswith("bytes"):
-        return f"{human_bytes(value)} ({value:,})" if value >= 1024 else f"{value} B"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return value
-
-
-def _flatten(document: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if not isinstance(document, dict):
-        return [(prefix or "result", document)]
-    pairs: list[tuple[str, Any]] = []
-    for name, value in document.items():
-        label = f"{prefix}{name}"
-        if isinstance(value, dict):
-            pairs.extend(_flatten(value, label + "."))
-        else:
-            pairs.append((label, _pretty(name, value)))
-    return pairs
-
-
 @click.command()
 @path_argument
 @click.option(
@@ -101,16 +80,24 @@ def compact(path: str, if_due: bool, progress_mode: str, force: bool, as_json: b
     if result is None or stats == {} or (isinstance(stats, dict) and stats.get("cleaned") is False):
         reason = stats.get("skipped") if isinstance(stats, dict) else None
         click.echo(f"{directory}: nothing cleaned ({reason or 'no cleaning due'})")
+        _echo_retention(result)
         return
-    title = f"{directory}: compaction done in {elapsed:.2f}s"
-    if isinstance(stats, dict) and {"bytes_read", "bytes_written"} <= stats.keys():
-        seconds = max(float(stats.get("elapsed_seconds") or elapsed), 1e-9)
-        title += (
-            f": read {human_bytes(stats['bytes_read'])}, wrote "
-            f"{human_bytes(stats['bytes_written'])} "
-            f"({stats['bytes_read'] / seconds / 1e6:.1f} MB/s read)"
+    why = result.extra.get("reason") or ("forced" if result.forced else "due")
+    click.echo(f"{directory}: compaction done in {elapsed:.2f}s ({why})")
+    click.echo(result.summary(directory))  # Kafka's lines; --json has every statistic
+    _echo_retention(result)
+
+
+def _echo_retention(result: Any) -> None:
+    """The retention run that follows every pass, in one line when it removed something."""
+    retention = getattr(result, "retention", None)
+    deleted = getattr(retention, "segments_deleted", None)
+    if deleted:
+        click.echo(
+            f"retention removed {len(deleted)} segment(s), "
+            f"{human_bytes(retention.bytes_deleted)} ({retention.reason}); "
+            f"log start now {retention.log_start_offset}"
         )
-    print_fields(_flatten(stats), title=title)
 
 
 @click.command()

@@ -296,7 +296,12 @@ def parse_config_value(name: str, text: str) -> Any:
     ``none`` clears an optional limit."""
     types = _field_types()
     if name not in types:
-        raise UsageProblem(f"unknown config name {name!r}; known: {', '.join(sorted(types))}")
+        from compactlog.errors import did_you_mean
+
+        raise UsageProblem(
+            f"unknown config name {name!r}; known: {', '.join(sorted(types))}"
+            + did_you_mean(name, types)
+        )
     kind = types[name]
     raw = text.strip()
     if "None" in kind and raw.lower() in ("none", "null", "off", "unlimited"):

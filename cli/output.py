@@ -147,10 +147,13 @@ def print_table(
 
 
 def print_fields(pairs: Iterable[tuple[str, Any]], *, title: str | None = None) -> None:
-    """A two-column name/value table (``meta``, ``stats``, ``compact``...)."""
+    """A two-column name/value table (``meta``, ``stats``...). The title is its own line,
+    not the table's (rich would wrap it at the table's width)."""
     from rich.table import Table
 
-    table = Table(title=title, box=None, show_header=False, title_justify="left", pad_edge=False)
+    if title:
+        click.echo(title)
+    table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
     for name, value in pairs:

@@ -605,25 +605,47 @@ __all__ = [
 ]
 
 
-def dirty_bytes(directory: str, first_dirty: int) -> tuple[int, int]:
-    """``(dirty, total)`` batch bytes: dirty is everything at or after the cleaner point.
-
-    Cheap: file sizes, plus one partial scan of the segment holding the cleaner point.
-    """
-    bases = list_segments(directory)
+def batch_bytes(directory: str) -> int:
+    """Bytes of batches in every segment: file headers and an exclusive writer's reserved
+    room aside (``meta``'s ``size_bytes``)."""
     head = read_log_head(directory)
-    total = dirty = 0
-    for i, base in enumerate(bases):
-        file_size = bound_by_head(_file_size(segment_path(directory, base)), base, head)
-        size = max(file_size - HEADER_SIZE, 0)
-        total += size
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        if base >= first_dirty:
-            dirty += size
-        elif next_base is None or next_base > first_dirty:
-            try:
-                position = byte_position(directory, base, first_dirty)
-            except CompactLogError:
-                position = HEADER_SIZE
-            dirty += max(file_size - position, 0)
-    return dirty, total
+    return sum(
+        max(bound_by_head(_file_size(segment_path(directory, base)), base, head) - HEADER_SIZE, 0)
+        for base in list_segments(directory)
+    )
+
+
+def dirty_figures(directory: str, config: Any, log_start: int) -> dict[str, Any]:
+    """The dirty ratio and its parts as ``meta`` and ``stats`` show them: the one
+    definition (``compactlog.compaction.dirty``), measured now."""
+    import time
+
+    from compactlog.compaction.dirty import measure_log
+
+    share = measure_log(
+        directory,
+        min_compaction_lag_ms=config.min_compaction_lag_ms,
+        log_start=log_start,
+        now=time.time_ns() // 1_000_000,
+    )
+    return {
+        "clean_bytes": share.clean_bytes,
+        "dirty_bytes": share.dirty_bytes,
+        "dirty_ratio": round(share.ratio, 4),
+        "lagging_bytes": share.lagging_bytes,
+        "active_segment_bytes": share.active_bytes,
+    }
+
+
+def dirty_text(figures: dict[str, Any]) -> str:
+    """``0.560 (1.2 MiB dirty of 2.1 MiB cleanable; active segment 64 KiB, not counted)``."""
+    from .output import human_bytes
+
+    cleanable = figures["clean_bytes"] + figures["dirty_bytes"]
+    text = (
+        f"{figures['dirty_ratio']:.3f} ({human_bytes(figures['dirty_bytes'])} dirty of "
+        f"{human_bytes(cleanable)} cleanable"
+    )
+    if figures["lagging_bytes"]:
+        text += f"; {human_bytes(figures['lagging_bytes'])} younger than min_compaction_lag_ms"
+    return text + f"; active segment {human_bytes(figures['active_segment_bytes'])}, not counted)"

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from .errors import ConfigError, UnsafeChangeError
+from .errors import ConfigError, UnsafeChangeError, did_you_mean
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -130,6 +130,7 @@ class LogConfig:
         if unknown:
             raise ConfigError(
                 f"unknown config name(s) {', '.join(unknown)}; known: {', '.join(self.names())}"
+                + "".join(did_you_mean(name, self.names()) for name in unknown)
             )
         config = replace(self, **dict(changes))
         config.validate()

@@ -7,7 +7,23 @@ alone. ``OSError`` is converted at the public boundary only; inside, it propagat
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The name of ``known`` that ``name`` most likely misspells (case-insensitive)."""
+    choices = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
+    return choices[close[0]] if close else None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean segment_bytes?"`` for a misspelled ``name``, else ``""``: the one
+    suggestion of every "unknown setting/option/key" message."""
+    match = closest(name, known)
+    return f"; did you mean {match}?" if match else ""
 
 
 class CompactLogError(Exception):
@@ -32,7 +48,11 @@ class InexactReadError(ConfigError):
     removed records of that state (``Log.latest(as_of=)``, Spark's ``asOfOffset``)."""
 
 
-class InvalidRecordError(CompactLogError, TypeError):
+class InvalidArgumentError(CompactLogError, TypeError):
+    """An argument of the wrong type (``read(start="0")``); the message names the argument."""
+
+
+class InvalidRecordError(InvalidArgumentError):
     """A record of the wrong type or shape (str key, int value, None key when compacting)."""
 
 

@@ -512,20 +512,25 @@ def encode_single(
     return b"".join((LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
 
 
-def validate_column(items: Sequence[Any], what: str, *, allow_none: bool) -> None:
-    """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None)."""
+def validate_column(
+    items: Sequence[Any], what: str, *, allow_none: bool, single: bool = False
+) -> None:
+    """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None):
+    by its index in a batch (``record 3: key ...``), or, for a ``single`` record, as the
+    argument it is (``key ...``)."""
     from .errors import InvalidRecordError
 
     for index, item in enumerate(items):
+        where = "" if single else f"record {index}: "
         if item is None:
             if not allow_none:
                 raise InvalidRecordError(
-                    f"record {index}: a {what} of None is not allowed on a compacted log "
+                    f"{where}a {what} of None is not allowed on a compacted log "
                     "(every record needs a key)"
                 )
         elif not isinstance(item, _BYTES_LIKE):
             raise InvalidRecordError(
-                f"record {index}: {what} must be bytes{' or None' if allow_none else ''}, "
+                f"{where}{what} must be bytes{' or None' if allow_none else ''}, "
                 f"not {type(item).__name__}"
             )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import os
 import sys
 import threading
@@ -25,6 +26,7 @@ from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
 from .errors import (
     CompactLogError,
     ConfigError,
+    InvalidArgumentError,
     InvalidRecordError,
     LogClosedError,
     LogLockedError,
@@ -469,19 +471,19 @@ class Log:
             if len(key) + len(value) > config.max_record_bytes:
                 self._refuse_size(len(key) + len(value), config.max_record_bytes)
         else:
-            _check_record(key, value, config.compacted)
+            _check_record(key, value, config.compacted, self.directory)
             size = (0 if key is None else len(key)) + (0 if value is None else len(value))
             if size > config.max_record_bytes:
                 self._refuse_size(size, config.max_record_bytes)
         if timestamp_ms is not None:
-            timestamp = _check_timestamp(timestamp_ms)
+            timestamp = _check_timestamp(timestamp_ms, self.directory)
         elif self._wall_clock:
             timestamp = time_ns() // 1_000_000  # wall_clock_ms, inlined
         else:
             timestamp = self.clock()
         if not headers and writer.plain_single and config.compression == "none":
             return writer.append_record(key, value, timestamp, b"")
-        header_block = _encode_headers(headers) if headers else b""
+        header_block = _encode_headers(headers, self.directory) if headers else b""
         if writer.linger is not None:
             return writer.append_linger(key, value, timestamp, dict(headers) if headers else None)
         if writer.precommit is not None and config.precommit_bytes > 0:
@@ -534,16 +536,26 @@ class Log:
             values = [value for _key, value in items]
         except (TypeError, ValueError):
             raise InvalidRecordError(
-                "append_batch takes an iterable of (key, value) pairs"
+                "append_batch takes an iterable of (key, value) pairs", path=self.directory
             ) from None
         if timestamps_ms is not None:
             if len(timestamps_ms) != len(keys):
-                raise InvalidRecordError("timestamps_ms must have one timestamp per record")
-            stamps: int | Sequence[int] = [_check_timestamp(t) for t in timestamps_ms]
+                raise InvalidRecordError(
+                    "timestamps_ms must have one timestamp per record", path=self.directory
+                )
+            stamps: int | Sequence[int] = [
+                _check_timestamp(t, self.directory) for t in timestamps_ms
+            ]
         else:
-            stamps = self.clock() if timestamp_ms is None else _check_timestamp(timestamp_ms)
+            stamps = (
+                self.clock()
+                if timestamp_ms is None
+                else _check_timestamp(timestamp_ms, self.directory)
+            )
         if headers is not None and len(headers) != len(keys):
-            raise InvalidRecordError("headers must have one entry (or None) per record")
+            raise InvalidRecordError(
+                "headers must have one entry (or None) per record", path=self.directory
+            )
         return self._append_columns(keys, values, stamps, headers)
 
     def _append_columns(
@@ -579,9 +591,11 @@ class Log:
         try:
             batches = encode_within_segment(encode, len(keys), sizes, config.segment_bytes)
         except TypeError as error:
+            if isinstance(error, InvalidRecordError) and error.path is None:  # from format.py
+                raise InvalidRecordError(str(error), path=self.directory) from None
             if isinstance(error, CompactLogError):
                 raise
-            raise InvalidRecordError(f"bad header: {error}") from None
+            raise InvalidRecordError(f"bad header: {error}", path=self.directory) from None
         return self.append_encoded(batches)
 
     def append_arrow(self, data: Any) -> range:
@@ -659,6 +673,8 @@ class Log:
         ``end`` defaults to the end offset when the call is made.
         """
         self._check_open()
+        start = _check_offset("start", start, self.directory)
+        end = _check_offset("end", end, self.directory)
         first = self.start_offset if start is None else max(start, self.start_offset)
         stop = self.end_offset if end is None else end
         return iter_batches(self.directory, first, stop)
@@ -885,25 +901,34 @@ class CleanerLock:
             self.fd = -1
 
 
-def _check_record(key: Any, value: Any, compacted: bool) -> None:
+def _check_record(key: Any, value: Any, compacted: bool, path: str) -> None:
+    """A single append's key and value, refused as the arguments they are (``key must be
+    bytes``), with the log's path."""
     from .format import validate_column
 
-    validate_column([key], "key", allow_none=not compacted)
-    validate_column([value], "value", allow_none=True)
+    try:
+        validate_column([key], "key", allow_none=not compacted, single=True)
+        validate_column([value], "value", allow_none=True, single=True)
+    except InvalidRecordError as error:
+        raise InvalidRecordError(str(error), path=path) from None
 
 
-def _encode_headers(headers: Any) -> bytes:
+def _encode_headers(headers: Any, path: str) -> bytes:
     if not isinstance(headers, Mapping):
-        raise InvalidRecordError(f"headers must be a mapping of str to bytes, not {headers!r}")
+        raise InvalidRecordError(
+            f"headers must be a mapping of str to bytes, not {headers!r}", path=path
+        )
     try:
         return encode_headers(headers)
     except TypeError as error:
-        raise InvalidRecordError(f"bad header: {error}") from None
+        raise InvalidRecordError(f"bad header: {error}", path=path) from None
 
 
-def _check_timestamp(value: Any) -> int:
+def _check_timestamp(value: Any, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRecordError(f"timestamp_ms must be a non-negative int, not {value!r}")
+        raise InvalidRecordError(
+            f"timestamp_ms must be a non-negative int, not {value!r}", path=path
+        )
     return value
 
 
@@ -941,6 +966,17 @@ def _wait_for_log(directory: str, wait: float | bool, *, create: bool, read_only
             )
         time.sleep(pause if left is None else min(pause, left))
         pause = min(pause * 2, longest)
+
+
+def _check_offset(name: str, value: Any, path: str) -> int | None:
+    """A ``start``/``end`` argument: an int offset or None (never a str or a bool)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if not isinstance(value, bool) and hasattr(type(value), "__index__"):
+        return operator.index(value)  # a numpy integer
+    raise InvalidArgumentError(
+        f"{name} must be an int offset or None, not {type(value).__name__} {value!r}", path=path
+    )
 
 
 def open_log(

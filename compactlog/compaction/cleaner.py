@@ -10,7 +10,8 @@ One pass, in order:
    into a clean tail and a dirty head. The cleanable head ends at the first uncleanable
    offset ``u``: the active segment's base, or the base of the first segment holding a
    record younger than ``min_compaction_lag_ms``. Dirty ratio = dirty bytes / (clean +
-   dirty bytes), counting whole segments. Unless forced, the pass runs only when the ratio
+   dirty bytes), counting whole segments (``dirty.py`` is the one place that computes
+   these, for every figure that shows them). Unless forced, the pass runs only when the ratio
    is at least ``min_cleanable_dirty_ratio``, when the first dirty record is older than
    ``max_compaction_lag_ms``, or when tombstones may have expired.
 2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
@@ -23,10 +24,13 @@ One pass, in order:
    not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
 4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
    segment joins the current group while the group's output so far plus the segment's
-   size fits ``segment_bytes`` (and the group spans fewer than 2**32 offsets). A record is
-   kept iff its key has no later record in the map, it is not a tombstone whose
-   ``delete_retention_ms`` (counted from when a pass first moved the cleaner point past
-   it) has run out, and it is not below the log start offset. Batches that lose nothing
+   size fits ``segment_bytes``, or while that output is still empty (so a segment whose
+   records are all superseded never stays behind as an empty file: its offsets join the
+   next group's file, which starts at the same base), and the group spans fewer than 2**32
+   offsets. A record is kept iff its key has no later record in the map, it is not a
+   tombstone whose ``delete_retention_ms`` (counted from when a pass first moved the
+   cleaner point past it) has run out, and it is not below the log start offset. Batches
+   that lose nothing
    are copied byte for byte; batches that lose some are re-encoded with their offsets,
    timestamps and headers; empty batches are dropped; runs of small batches (single
    appends) are merged: their surviving records become one batch of at most about
@@ -54,7 +58,6 @@ off the critical path, without changing the swap protocol or the disk space it n
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import threading
 import time
@@ -72,7 +75,6 @@ from ..segment import (
     HEADER_SIZE,
     SegmentReader,
     index_path,
-    max_timestamp,
     new_segment_bytes,
     read_all,
     segment_path,
@@ -80,6 +82,7 @@ from ..segment import (
 )
 from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
+from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
 from .offset_map import OffsetMap, key_digests
 from .progress import Meter, ProgressCallback
@@ -139,27 +142,6 @@ class Throttler:
     def slept_here(self) -> float:
         """Seconds the calling thread has slept in :meth:`account`."""
         return float(getattr(self._local, "slept", 0.0))
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    base: int
-    next_base: int
-    size: int
-
-
-def _segments(directory: str) -> tuple[list[Segment], int]:
-    """Closed segments with sizes, and the active segment's base."""
-    from ..segment import list_segments
-
-    bases = list_segments(directory)
-    if not bases:
-        return [], 0
-    closed = [
-        Segment(base, nxt, os.path.getsize(segment_path(directory, base)))
-        for base, nxt in itertools.pairwise(bases)
-    ]
-    return closed, bases[-1]
 
 
 def _first_dirty_timestamp(directory: str, segments: list[Segment], first_dirty: int) -> int | None:
@@ -360,31 +342,26 @@ def _clean(
     abort = should_abort or (lambda: False)
     _resolve_leftovers(fs, directory, stats)
     state = read_cleaner_state(directory)
-    segments, active_base = _segments(directory)
-    # -- 1. select -----------------------------------------------------------------------
+    segments, active_base, active_bytes = closed_segments(directory)
+    # -- 1. select (the dirty ratio is dirty.measure's, the one every figure uses) --------
+    share = measure(
+        directory,
+        segments,
+        active_base,
+        cleaner_point=state.first_dirty_offset,
+        log_start=log_start,
+        min_compaction_lag_ms=config.min_compaction_lag_ms,
+        now=now,
+        active_bytes=active_bytes,
+        timestamp_cache=timestamp_cache,
+    )
+    stats.clean_bytes, stats.dirty_bytes = share.clean_bytes, share.dirty_bytes
+    stats.dirty_ratio, stats.active_segment_bytes = share.ratio, share.active_bytes
     if not segments:
         stats.skipped = "no closed segment (the active segment is never cleaned)"
         return _done(stats, started)
-    first_dirty = max(state.first_dirty_offset, log_start, segments[0].base)
-    first_dirty = min(first_dirty, active_base)
-    uncleanable = active_base
-    if config.min_compaction_lag_ms > 0:
-        horizon = now - config.min_compaction_lag_ms
-        for seg in segments:
-            if seg.next_base <= first_dirty:
-                continue
-            largest = max_timestamp(directory, seg.base, timestamp_cache)
-            if largest is not None and largest > horizon:
-                uncleanable = seg.base
-                break
-    uncleanable = max(uncleanable, first_dirty)
-    clean_bytes = sum(s.size for s in segments if s.next_base <= first_dirty)
-    dirty_bytes = sum(
-        s.size for s in segments if s.next_base > first_dirty and s.base < uncleanable
-    )
-    total = clean_bytes + dirty_bytes
-    ratio = dirty_bytes / total if total else 0.0
-    stats.clean_bytes, stats.dirty_bytes, stats.dirty_ratio = clean_bytes, dirty_bytes, ratio
+    first_dirty, uncleanable = share.first_dirty_offset, share.first_uncleanable_offset
+    dirty_bytes, ratio = share.dirty_bytes, share.ratio
     stats.first_dirty_offset = first_dirty
     stats.first_uncleanable_offset = uncleanable
     stats.new_first_dirty_offset = first_dirty
@@ -457,7 +434,7 @@ def _clean(
     try:
         for seg in to_clean:
             if group is not None and (
-                group.size + seg.size > config.segment_bytes
+                (group.size > HEADER_SIZE and group.size + seg.size > config.segment_bytes)
                 or seg.next_base - group.first > MAX_GROUP_OFFSETS
             ):
                 _install(fs, directory, group, stats, releaser)

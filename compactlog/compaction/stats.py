@@ -27,6 +27,7 @@ class CleanerStats:
     dirty_ratio: float = 0.0
     clean_bytes: int = 0
     dirty_bytes: int = 0
+    active_segment_bytes: int = 0  # the active segment's data: never cleaned, in no ratio
     first_dirty_offset: int = 0  # the cleaner point before the pass
     first_uncleanable_offset: int = 0  # active segment or min_compaction_lag_ms bound
     new_first_dirty_offset: int = 0  # the cleaner point after the pass

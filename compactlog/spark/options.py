@@ -1,17 +1,20 @@
 """The data source's options, parsed and checked once, with errors that name the option.
 
 Spark hands options over lower-cased and as strings; :func:`parse_options` accepts any
-case and turns them into a typed :class:`ReadOptions`. Documented in ``docs/spark.md``.
+case and turns them into a typed :class:`ReadOptions`, refusing an unknown option with a
+"did you mean" and a ``valueSchema`` whose field types are not Spark's (naming the user's
+text, before Spark parses the schema built around it). Documented in ``docs/spark.md``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import ConfigError, closest, did_you_mean
 from ..filenames import META
 
 MODES = ("latest", "changelog")
@@ -20,34 +23,67 @@ DEFAULT_SNAPSHOT_RETENTION_MINUTES = 24 * 60
 
 METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
 
-KNOWN = {
-    "path",
-    "paths",
+OPTION_NAMES = (
     "mode",
-    "asofoffset",
-    "allowinexact",
-    "startoffset",
-    "endoffset",
+    "asOfOffset",
+    "allowInexact",
+    "startOffset",
+    "endOffset",
     "keys",
-    "keyshex",
-    "valueformat",
-    "valueschema",
-    "numpartitions",
+    "keysHex",
+    "valueFormat",
+    "valueSchema",
+    "numPartitions",
     "snapshot",
-    "snapshotdir",
-    "snapshotretentionminutes",
+    "snapshotDir",
+    "snapshotRetentionMinutes",
     # streaming (stream.py) and writing (writer.py, partitioned.py)
-    "maxrecordspertrigger",
-    "startingoffsets",
-    "stagingdir",
-    "numlogs",
-}
+    "maxRecordsPerTrigger",
+    "startingOffsets",
+    "stagingDir",
+    "numLogs",
+)
+KNOWN = {"path", "paths", *(name.lower() for name in OPTION_NAMES)}
+
+# The first word of every Spark SQL data type (DDL), for valueSchema's early check.
+SPARK_TYPES = (
+    "boolean",
+    "tinyint",
+    "byte",
+    "smallint",
+    "short",
+    "int",
+    "integer",
+    "bigint",
+    "long",
+    "float",
+    "real",
+    "double",
+    "decimal",
+    "dec",
+    "numeric",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "timestamp_ltz",
+    "string",
+    "char",
+    "varchar",
+    "binary",
+    "array",
+    "map",
+    "struct",
+    "interval",
+    "void",
+    "variant",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     path: str
     mode: str = "latest"
+    mode_given: bool = False  # mode was an option (a stream refuses an explicit latest)
     as_of: int | None = None
     allow_inexact: bool = False
     start_offset: int | None = None
@@ -117,6 +153,57 @@ def _keys(options: Mapping[str, str]) -> tuple[bytes, ...] | None:
     return tuple(dict.fromkeys(keys))
 
 
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside ``<>``, ``()`` and quotes (``COMMENT 'a, b'``)."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        else:
+            depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0 and not quote:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def check_value_schema(ddl: str) -> None:
+    """Refuse a ``valueSchema`` whose fields lack a type, use an unknown type or leave a
+    bracket open, naming the user's text. Spark parses the rest (it sees the schema with the
+    metadata columns around the user's fields, so its errors would quote that instead)."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"option valueSchema {ddl!r}: {why}")
+
+    if ddl.count("<") != ddl.count(">") or ddl.count("(") != ddl.count(")"):
+        raise bad("unbalanced <> or ()")
+    for field in _split_top(ddl.strip().rstrip(",")):
+        words = re.findall(r"`[^`]*`|[A-Za-z_][A-Za-z0-9_]*|\S", field.replace(":", " "))
+        if len(words) < 2:
+            raise bad(f"field {field.strip()!r} needs a name and a type, e.g. 'price DOUBLE'")
+        type_name = words[1]
+        if type_name.lower() not in SPARK_TYPES:
+            raise bad(
+                f"field {words[0]} has no Spark type {type_name!r}"
+                + (did_you_mean(type_name, SPARK_TYPES) or f" (types: {', '.join(SPARK_TYPES)})")
+            )
+
+
+def _unknown_options(unknown: list[str]) -> ConfigError:
+    hints = [match for name in unknown if (match := closest(name, OPTION_NAMES))]
+    return ConfigError(
+        f"unknown compactlog option(s) {', '.join(unknown)} (known: {', '.join(OPTION_NAMES)})"
+        + (f"; did you mean {', '.join(hints)}?" if hints else "")
+    )
+
+
 def declared_value_format(path: str, has_schema: bool) -> str:
     """The ``valueFormat`` a read takes when the user names none: the ``value_format`` the
     log declares (for a directory of ``partition-N`` logs, its first log's), so ``bytes``
@@ -142,12 +229,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     options = {str(k).lower(): v for k, v in raw.items()}
     unknown = sorted(set(options) - KNOWN)
     if unknown:
-        raise ConfigError(
-            f"unknown compactlog option(s) {', '.join(unknown)} (known: mode, asOfOffset, "
-            "allowInexact, startOffset, endOffset, keys, keysHex, valueFormat, valueSchema, "
-            "numPartitions, snapshot, snapshotDir, snapshotRetentionMinutes, maxRecordsPerTrigger, "
-            "startingOffsets, stagingDir, numLogs)"
-        )
+        raise _unknown_options(unknown)
     path = options.get("path")
     if not path:
         raise ConfigError('no log path: use spark.read.format("compactlog").load(PATH)')
@@ -164,6 +246,8 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         )
     if value_schema is not None and value_format != "json":
         raise ConfigError("option valueSchema needs valueFormat=json")
+    if value_schema is not None:
+        check_value_schema(str(value_schema))
     start = _int(options, "startOffset")
     end = _int(options, "endOffset")
     if start is not None and end is not None and end < start:
@@ -173,6 +257,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(
         path=str(path),
         mode=mode,
+        mode_given="mode" in options,
         as_of=_int(options, "asOfOffset"),
         allow_inexact=_bool(options, "allowInexact", False),
         start_offset=start,

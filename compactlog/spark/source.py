@@ -5,6 +5,9 @@ so it must have no import-time side effects: it defines classes and nothing else
 session, no environment changes, no file access). A stream reader and a writer will sit
 beside :class:`CompactLogReader` (``DataSource.streamReader`` / ``writer``).
 
+Every entry point is decorated with :func:`~.user_errors.ours`, so a compactlog error
+reaches the user as our message right after Spark's prefix, not a traceback.
+
 Schema: ``key binary, value binary, offset bigint, timestamp timestamp,
 headers map<string,binary>`` (plus ``deleted boolean`` in changelog mode). With
 ``valueFormat=string`` the value is a string; with ``valueFormat=json`` the ``value``
@@ -22,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from .options import ReadOptions, parse_options, schema_ddl
+from .user_errors import ours
 
 
 class CompactLogPartition(InputPartition):
@@ -40,6 +44,7 @@ class CompactLogPartition(InputPartition):
 class CompactLogReader(DataSourceReader):
     """Plans once (snapshot, range, head map, partitions) and reads partitions as Arrow."""
 
+    @ours
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         from ..arrow.convert import Layout
         from .arrow import target_schema
@@ -53,6 +58,7 @@ class CompactLogReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [CompactLogPartition(p.index, p.start, p.end) for p in self.plan.partitions]
 
+    @ours
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ..arrow.convert import Layout, to_arrow
         from .arrow import target_schema
@@ -72,10 +78,12 @@ class CompactLogDataSource(DataSource):
     def name(cls) -> str:
         return "compactlog"
 
+    @ours
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.parsed = parse_options(options)
 
+    @ours
     def schema(self) -> str:
         from .logdirs import PARTITION_COLUMN, is_partitioned
 
@@ -83,6 +91,7 @@ class CompactLogDataSource(DataSource):
             return f"{schema_ddl(self.parsed)}, {PARTITION_COLUMN} INT"
         return schema_ddl(self.parsed)
 
+    @ours
     def reader(self, schema: StructType) -> DataSourceReader:
         from .logdirs import is_partitioned
         from .partitioned import PartitionedReader
@@ -91,12 +100,14 @@ class CompactLogDataSource(DataSource):
             return PartitionedReader(self.parsed, schema)
         return CompactLogReader(self.parsed, schema)
 
+    @ours
     def streamReader(self, schema: StructType) -> Any:
         """``spark.readStream.format("compactlog")``: see :mod:`compactlog.spark.stream`."""
         from .stream import make_stream_reader
 
         return make_stream_reader(self.options, self.parsed, schema)
 
+    @ours
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
         from .writer import make_writer

@@ -46,9 +46,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
+from ..errors import CompactLogError, ConfigError
 from .options import ReadOptions, _int
 from .source import CompactLogPartition  # a micro-batch task is a batch task: offsets [start, end)
+from .user_errors import ours
 
 log = logging.getLogger("compactlog.spark.stream")
 
@@ -62,13 +63,15 @@ class StreamOptions:
 
 
 def parse_stream_options(raw: Mapping[str, str], options: ReadOptions) -> StreamOptions:
-    """The streaming options, and a refusal of what a stream cannot do."""
+    """The streaming options, and a refusal of what a stream cannot do. A stream is always
+    in changelog mode (the default); only an explicit other mode is refused."""
     lowered = {str(k).lower(): v for k, v in raw.items()}
-    if options.mode != "changelog":
+    if options.mode_given and options.mode != "changelog":
         raise ConfigError(
-            "a compactlog stream reads every record: use "
-            '.option("mode", "changelog") (its columns include deleted); for the latest '
-            "value of each key, upsert the stream with foreachBatch (docs/spark.md)"
+            f"option mode={options.mode} cannot be streamed: a compactlog stream reads every "
+            'record (changelog mode, its default; .option("mode", "changelog") adds the '
+            "deleted column); for the latest value of each key, upsert the stream with "
+            "foreachBatch (docs/spark.md)"
         )
     for name, value in (("asOfOffset", options.as_of), ("keys", options.keys)):
         if value is not None:
@@ -187,15 +190,50 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 def make_stream_reader(raw: Mapping[str, str], options: ReadOptions, schema: StructType) -> Any:
-    """What ``DataSource.streamReader`` returns."""
+    """What ``DataSource.streamReader`` returns: the reader, or a :class:`RefusedStream`
+    carrying the reason it cannot be made."""
     from .logdirs import is_partitioned
 
-    if is_partitioned(os.path.abspath(options.path)):
-        raise ConfigError(
-            f"{options.path} is a directory of logs: a stream reads one log, so start one "
-            "query per partition-<N> log"
-        )
-    return CompactLogStreamReader(options, parse_stream_options(raw, options), schema)
+    try:
+        if is_partitioned(os.path.abspath(options.path)):
+            raise ConfigError(
+                f"{options.path} is a directory of logs: a stream reads one log, so start one "
+                "query per partition-<N> log"
+            )
+        return CompactLogStreamReader(options, parse_stream_options(raw, options), schema)
+    except CompactLogError as error:
+        return RefusedStream(error)
+
+
+class RefusedStream(DataSourceStreamReader):
+    """A stream that cannot run, raising its reason at the query's first call.
+
+    PySpark 4's stream runner calls ``reader.stop()`` in a ``finally`` around the reader's
+    creation, so an error raised by ``streamReader`` itself reaches the user as
+    ``UnboundLocalError``; raised from here it is reported as it is (``user_errors.ours``).
+    """
+
+    def __init__(self, error: CompactLogError) -> None:
+        self.error = error
+
+    @ours
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    @ours
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        raise self.error
+
+    @ours
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    @ours
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def stop(self) -> None:
+        pass
 
 
 # -- the CDC recipe: foreachBatch upserts into a Parquet table ------------------------

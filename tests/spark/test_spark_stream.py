@@ -90,19 +90,26 @@ def test_starting_offsets_earliest_latest_and_a_number(tmp_path):
     assert reader(tmp_path / "log", startingOffsets="latest").initialOffset() == {"offset": 300}
     assert reader(tmp_path / "log", startingOffsets=120).initialOffset() == {"offset": 120}
     with pytest.raises(ConfigError, match="startingOffsets"):
-        reader(tmp_path / "log", startingOffsets="yesterday")
+        reader(tmp_path / "log", startingOffsets="yesterday").initialOffset()
 
 
-def test_a_stream_needs_changelog_mode_and_an_existing_log(tmp_path):
+def test_a_stream_is_in_changelog_mode_by_default_and_refuses_latest_and_a_missing_log(tmp_path):
+    """A refused stream raises at the query's first call, not from ``streamReader`` (where
+    PySpark would report an ``UnboundLocalError`` instead)."""
     write_ops(tmp_path / "log", 0, 10)
     raw = {"path": str(tmp_path / "log")}
-    with pytest.raises(ConfigError, match="changelog"):
-        make_stream_reader(raw, parse_options(raw), CHANGELOG)
+    default = make_stream_reader(raw, parse_options(raw), CHANGELOG)
+    assert default.initialOffset() == {"offset": 0}
+    assert len(read_range(default, 0, 10)) == 10  # every record, the tombstone too
+    latest = {**raw, "mode": "latest"}
+    refused = make_stream_reader(latest, parse_options(latest), CHANGELOG)
+    with pytest.raises(ConfigError, match="mode=latest cannot be streamed"):
+        refused.initialOffset()
     with pytest.raises(compactlog.CompactLogError):
-        reader(tmp_path / "missing")
+        reader(tmp_path / "missing").initialOffset()
     prepare_partitioned(str(tmp_path / "table"), 2)
     with pytest.raises(ConfigError, match="one query per partition"):
-        reader(tmp_path / "table")
+        reader(tmp_path / "table").initialOffset()
 
 
 def test_admission_control_and_the_available_now_target(tmp_path):
