@@ -70,6 +70,8 @@ WRITER_CACHED = {
     "sync_interval_ms": "writers keep the fsync interval they read at open",
     "precommit_bytes": "writers size their precommit buffer when they open the log",
     "min_free_bytes": "writers check free disk space against the limit they read at open",
+    "key_format": "writers serialize keys in the format they read at open",
+    "value_format": "writers serialize values in the format they read at open",
 }
 
 
