@@ -423,12 +423,14 @@ class Log:
         only one from before a power loss or reboot): where the next writer's recovery will
         start new offsets, past the valid data of the newest segment, the last head's end
         offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
+        stale = read_log_head(self.directory, any_boot=True)
+        if stale is not None and recovery.closed_cleanly(self.directory, stale):
+            return stale.end_offset  # (closed, then rebooted: the head is a fact, no scan)
         bases = list_segments(self.directory)
         last = max(self.start_offset, bases[-1] if bases else 0)
         if bases:
             for batch in iter_batches(self.directory, bases[-1], None):
                 last = max(last, batch.next_offset)
-        stale = read_log_head(self.directory, any_boot=True)
         return max(
             [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
         )

@@ -151,7 +151,7 @@ def recover_on_open(log: Log) -> list[str]:
             _check_closed_segments(log, report)
     # 5.
     head = read_head(writer.lock_fd)
-    if _closed_cleanly(directory, head):
+    if closed_cleanly(directory, head):
         writer._refresh(head, recovering=True)
     else:
         _recover_tail(log, head, report)
@@ -176,7 +176,7 @@ def recover_on_open(log: Log) -> list[str]:
         )
     writer.precommit_recovered = 0
     # 7.
-    if not _closed_cleanly(directory, head):
+    if not closed_cleanly(directory, head):
         _keep_offsets_unique(log, head, report)
     writer.awaiting_recovery = False
     writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)
@@ -184,7 +184,7 @@ def recover_on_open(log: Log) -> list[str]:
     return report
 
 
-def _closed_cleanly(directory: str, head: Head | None) -> bool:
+def closed_cleanly(directory: str, head: Head | None) -> bool:
     """Whether the last writer closed the log (its marker matches the head and the newest
     segment ends where the head says): then the head is a fact, not a hint."""
     marker = _read_clean_shutdown(directory)

@@ -343,3 +343,13 @@ def test_under_the_boot_that_stored_it_the_head_bounds_readers(log_dir):
     # a live writer's head: what it has not published yet is not read (kill -9 keeps the
     # page cache, so the head and the data agree; only a reboot makes the head stale)
     assert read_all(crashed) == records(3)
+
+
+def test_after_a_clean_close_and_a_reboot_readers_trust_the_closed_head(log_dir, reboot):
+    with compactlog.open(log_dir, sync="os") as log:
+        append(log, records(5))
+    reboot()
+    with compactlog.open(log_dir, read_only=True) as log:
+        assert read_log_head(str(log_dir)) is None  # stored under the boot before
+        assert log.end_offset == 5  # the clean-shutdown marker vouches for it
+        assert [(r.offset, r.key, r.value) for r in log.read()] == records(5)
