@@ -37,6 +37,8 @@ from compactlog.segment import (
     lookup_position,
     read_index,
     segment_path,
+    unsynced_from,
+    unsynced_header,
 )
 
 
@@ -452,7 +454,19 @@ def _verify_segment(
         size = len(data)
         end = size if limit is None else min(limit, size)
         report.bytes += size
+        # past the sync point of the newest segment a power loss may leave anything: the
+        # next writer cuts it (docs/format.md 10.1), so it is a torn tail, not corruption
+        unsynced = unsynced_from(directory, base) if last else size + 1
         problem = check_file_header(bytes(data[:HEADER_SIZE]), SEGMENT_MAGIC)
+        if problem and last and unsynced_header(bytes(data[:HEADER_SIZE]), unsynced):
+            report.problem(
+                "torn_tail",
+                name,
+                0,
+                f"{problem}: a newest segment never synced; the next writer to open the log "
+                "empties it",
+            )
+            return previous_next
         if problem:
             report.problem("bad_header", name, 0, problem)
             return previous_next
@@ -461,7 +475,7 @@ def _verify_segment(
         while pos < end:
             header, reason = check_batch(data, pos, end)
             if header is None:
-                following = find_next_valid_batch(data, pos, end)
+                following = None if pos >= unsynced else find_next_valid_batch(data, pos, end)
                 if following is None:
                     if last:
                         report.problem(

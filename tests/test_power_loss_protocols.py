@@ -353,3 +353,25 @@ def test_after_a_clean_close_and_a_reboot_readers_trust_the_closed_head(log_dir,
         assert read_log_head(str(log_dir)) is None  # stored under the boot before
         assert log.end_offset == 5  # the clean-shutdown marker vouches for it
         assert [(r.offset, r.key, r.value) for r in log.read()] == records(5)
+
+
+def test_verify_calls_an_unsynced_hole_a_torn_tail_not_corruption(log_dir):
+    import subprocess
+    import sys
+
+    with compactlog.open(log_dir, sync="os") as log:
+        append(log, records(4))
+        log.flush()
+        append(log, records(6, start=4))  # never synced
+        crashed = crash_copy(log_dir)
+    segment = crashed / filenames.segment_name(0)
+    start, length = batch_positions(segment)[6]
+    data = bytearray(segment.read_bytes())
+    data[start : start + length] = bytes(length)
+    segment.write_bytes(bytes(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "compactlog", "verify", str(crashed), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert "torn_tail" in done.stdout and "corrupt_batch" not in done.stdout, done.stdout
