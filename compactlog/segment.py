@@ -8,7 +8,10 @@ writer opens the segment and rebuilt from the segment whenever it disagrees.
 Tail tolerance (LevelDB's reader, Kafka's ``LogSegment.recover``): an invalid batch with no
 valid batch after it is a torn tail, truncated by writers (the bytes dropped are reported)
 and treated as "not yet written" by readers. An invalid batch followed by valid data is
-corruption: :class:`CorruptLogError` naming file and position, never a silent skip.
+corruption: :class:`CorruptLogError` naming file and position, never a silent skip; except
+in the newest segment past its sync point (``head.py``), where a power loss may have kept
+later unsynced writes and lost earlier ones: there it ends the data like a torn tail
+(:func:`unsynced_from`).
 """
 
 from __future__ import annotations
