@@ -151,7 +151,8 @@ def recover_on_open(log: Log) -> list[str]:
             _check_closed_segments(log, report)
     # 5.
     head = read_head(writer.lock_fd)
-    if closed_cleanly(directory, head):
+    clean = closed_cleanly(directory, head)  # (once: pass 5 may cut the file to the head)
+    if clean:
         writer._refresh(head, recovering=True)
     else:
         _recover_tail(log, head, report)
@@ -176,7 +177,7 @@ def recover_on_open(log: Log) -> list[str]:
         )
     writer.precommit_recovered = 0
     # 7.
-    if not closed_cleanly(directory, head):
+    if not clean:
         _keep_offsets_unique(log, head, report)
     writer.awaiting_recovery = False
     writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)

@@ -375,3 +375,29 @@ def test_verify_calls_an_unsynced_hole_a_torn_tail_not_corruption(log_dir):
         text=True,
     )
     assert "torn_tail" in done.stdout and "corrupt_batch" not in done.stdout, done.stdout
+
+
+def test_a_stale_clean_marker_does_not_hide_a_checkpoint_past_the_end(log_dir):
+    """The clean-shutdown marker of an earlier close can come back after a power loss (its
+    removal by the next open was never synced). Recovery that cuts the unsynced tail back to
+    where the marker says must still keep the offsets a subscriber committed past."""
+    with compactlog.open(log_dir, sync="os") as log:
+        append(log, records(4))
+    marker = (log_dir / filenames.CLEAN_SHUTDOWN).read_bytes()
+    lock = (log_dir / filenames.WRITER_LOCK).read_bytes()
+    with compactlog.open(log_dir, sync="os") as log:
+        append(log, records(3, start=4))  # never synced
+        sub = log.subscribe("s")
+        assert len(sub.poll(max_records=100)) == 7
+        sub.commit()  # durable, past records that are not
+        crashed = crash_copy(log_dir)
+    (crashed / filenames.CLEAN_SHUTDOWN).write_bytes(marker)  # the removal was lost
+    (crashed / filenames.WRITER_LOCK).write_bytes(lock)  # and so was every later head
+    segment = crashed / filenames.segment_name(0)
+    start = batch_positions(segment)[4][0]
+    data = bytearray(segment.read_bytes())
+    data[start : start + 8] = bytes(8)  # offset 4 never reached the disk; 5 and 6 did
+    segment.write_bytes(bytes(data))
+    with compactlog.open(crashed) as log:
+        assert log.end_offset == 7
+        assert log.append(b"new", b"record") == 7
