@@ -47,9 +47,6 @@ from .errors import CorruptLogError, LogLockedError, MissingSegmentError
 from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
 from .fsio import FileSystem
 from .head import (
-    BOOT,
-    BOOT_AT,
-    BOOT_END,
     SYNC_POINT_END,
     Head,
     decode_head,
@@ -179,8 +176,7 @@ def recover_on_open(log: Log) -> list[str]:
     # 7.
     if not clean:
         _keep_offsets_unique(log, head, report)
-    writer.awaiting_recovery = False
-    writer.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)  # (head.py)
+    writer.finish_recovery()
     _remove_clean_shutdown(log)
     return report
 
@@ -216,12 +212,9 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     bases = list_segments(directory)
     newest = bases[-1] if bases else None
     # a.
-    lost = None
     if point is not None and point.size > HEADER_SIZE and (newest is None or point.base > newest):
-        lost = point.base
-    if lost is not None:
         raise MissingSegmentError(
-            f"segment {filenames.segment_name(lost)} is missing, and records in it had been "
+            f"segment {filenames.segment_name(point.base)} is missing, and records in it had been "
             "synced to disk; run repair to accept the loss",
             path=directory,
             position=0,

@@ -45,7 +45,7 @@ from .format import (
     scan_small_run,
 )
 from .fsio import FileSystem
-from .head import LOCK_FILE_SIZE, Head, decode_sync_point, read_log_head
+from .head import Head, read_log_head, read_sync_point
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
@@ -132,11 +132,11 @@ def scan_segment(
     first_ts: int | None = None
     entries: list[tuple[int, int]] = []
     last_entry_pos = last_indexed
+    tolerate = end + 1 if tolerate_from is None else tolerate_from
     while pos < end:
         header, reason = check_batch(data, pos, end)
         if header is None:
-            tolerated = tolerate_from is not None and pos >= tolerate_from
-            following = None if tolerated else find_next_valid_batch(data, pos, end)
+            following = None if pos >= tolerate else find_next_valid_batch(data, pos, end)
             if following is not None:
                 raise CorruptLogError(
                     f"{reason}; valid data follows at byte {origin + following}",
@@ -145,7 +145,7 @@ def scan_segment(
                 )
             return ScanResult(pos, next_offset, end - pos, first_ts, entries)
         if next_offset is not None and header.base_offset < next_offset:
-            if tolerate_from is not None and pos >= tolerate_from:
+            if pos >= tolerate:
                 return ScanResult(pos, next_offset, end - pos, first_ts, entries)
             raise CorruptLogError(
                 f"batch offset {header.base_offset} is not after {next_offset - 1}",
@@ -186,15 +186,12 @@ def read_index(directory: str, base: int) -> np.ndarray | None:
 def _increasing_prefix(entries: np.ndarray) -> np.ndarray:
     """The entries up to the first that does not move forward in offset and position (an
     index is never fsynced: after a power loss its tail may be zeros or older entries)."""
-    if len(entries) < 2:
-        return entries if not len(entries) or entries[0, 1] >= HEADER_SIZE else entries[:0]
+    if not len(entries) or int(entries[0, 1]) < HEADER_SIZE:
+        return entries[:0]
     rel = entries[:, 0].astype(np.int64)
     pos = entries[:, 1].astype(np.int64)
     bad = np.flatnonzero((np.diff(rel) <= 0) | (np.diff(pos) <= 0))
-    keep = len(entries) if not len(bad) else int(bad[0]) + 1
-    if pos[0] < HEADER_SIZE:
-        keep = 0
-    return entries[:keep]
+    return entries if not len(bad) else entries[: int(bad[0]) + 1]
 
 
 def lookup_position(entries: np.ndarray | None, base: int, offset: int) -> int:
@@ -466,11 +463,9 @@ def unsynced_from(directory: str, base: int) -> int:
     """The byte of the newest segment ``base`` from which nothing is known to be on disk
     (the sync point in ``.lock``; 0 when it holds none, everything when there is no
     ``.lock``, which every writer creates before anything else)."""
-    try:
-        with open(os.path.join(directory, filenames.WRITER_LOCK), "rb") as handle:
-            point = decode_sync_point(handle.read(LOCK_FILE_SIZE))
-    except FileNotFoundError:
+    if not os.path.exists(os.path.join(directory, filenames.WRITER_LOCK)):
         return 1 << 62  # no writer ever opened this directory: no power loss to allow for
+    point = read_sync_point(directory)
     if point is None:
         return 0
     end = point.durable_end(base)

@@ -48,7 +48,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from fcntl import LOCK_EX, LOCK_UN, flock
 from os import pwrite
 from time import monotonic
@@ -68,6 +68,9 @@ from .format import (
 )
 from .fsio import FileSystem
 from .head import (
+    BOOT,
+    BOOT_AT,
+    BOOT_END,
     DOORBELL,
     FLAG_PRECOMMIT_PENDING,
     HEAD,
@@ -641,8 +644,7 @@ class SegmentWriter:
         try:
             self.fs.fdatasync(fd)
         except OSError as error:
-            self._sync_failed = error
-            self._steady = False
+            self._stop_after_failed_sync(error)
             raise
 
     # -- rolling -----------------------------------------------------------------------
@@ -684,6 +686,12 @@ class SegmentWriter:
         self.active = ActiveSegment(base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
         self._dir_dirty = True
         self._publish_head()
+
+    def finish_recovery(self) -> None:
+        """End open-time recovery: from now on taking the lock catches up with the head, and
+        readers trust the head this boot stores (the boot id in ``.lock``, head.py)."""
+        self.awaiting_recovery = False
+        self.head_map[BOOT_AT:BOOT_END] = BOOT.id or bytes(BOOT_END - BOOT_AT)
 
     def skip_to(self, offset: int) -> None:
         """Roll to an empty segment whose base is ``offset`` (past the end offset), synced
@@ -1131,32 +1139,30 @@ class SegmentWriter:
 
     def _run_sync(self, job: _SyncJob, *, locked: bool = True) -> None:
         """fdatasync the segments, fsync the directory, then store the sync point (and make
-        it durable now and then: see :meth:`_store_sync_point`)."""
+        it durable now and then: see :meth:`_store_sync_point`). ``locked``: the caller
+        holds ``self.lock`` (else it is taken for the bookkeeping only)."""
+        guard = nullcontext() if locked else self.lock
         try:
             for base in job.retired:
                 self._sync_closed_segment(base)
             self.fs.fdatasync(job.active_fd)
             if job.dir_dirty:
                 self.fs.fsync_dir(self.directory)
-            if locked:
-                self._store_sync_point(job)
-            else:
-                with self.lock:
-                    if not self.closed:
-                        self._store_sync_point(job)
+            with guard:
+                if not self.closed:
+                    self._store_sync_point(job)
         except OSError as error:
-            # After a failed fsync the kernel may have dropped the dirty pages and a retry
-            # would report success for data that is gone (PostgreSQL's "fsyncgate"), so the
-            # writer stops here: appends and flushes are refused until the log is reopened,
-            # and the reopen validates the tail against what is really on disk.
-            if locked:
-                self._sync_failed = error
-                self._steady = False
-            else:
-                with self.lock:
-                    self._sync_failed = error
-                    self._steady = False
+            with guard:
+                self._stop_after_failed_sync(error)
             raise self._sync_refusal() from error
+
+    def _stop_after_failed_sync(self, error: OSError) -> None:
+        """After a failed fsync the kernel may have dropped the dirty pages and a retry would
+        report success for data that is gone (PostgreSQL's "fsyncgate"), so the writer stops
+        (caller holds ``self.lock``): appends and flushes are refused until the log is
+        reopened, and the reopen validates the tail against what is really on disk."""
+        self._sync_failed = error
+        self._steady = False
 
     def _store_sync_point(self, job: _SyncJob) -> None:
         """Store the sync point into ``.lock`` (caller holds ``self.lock``; see head.py).

@@ -123,24 +123,36 @@ def test_a_newest_segment_whose_creation_was_never_synced_is_empty(log_dir, stat
     assert read_all(crashed)[-1] == (offset, b"after", b"the crash")
 
 
-def test_a_hole_past_the_sync_point_is_cut_and_reported(log_dir, caplog):
+def unsynced_tail_copy(log_dir):
+    """A crash copy of a log whose records 0-3 were flushed and 4-9 never synced."""
     with compactlog.open(log_dir, sync="os") as log:
         append(log, records(4))
         log.flush()
         append(log, records(6, start=4))  # never synced
-        crashed = crash_copy(log_dir)
-    segment = crashed / filenames.segment_name(0)
-    positions = batch_positions(segment)
-    start, length = positions[6]  # offset 6 did not reach the disk; 7-9 did
+        return crash_copy(log_dir)
+
+
+def lose_batch(segment, index):
+    """Zero the ``index``-th batch of ``segment`` (it never reached the disk); returns its
+    position."""
+    start, length = batch_positions(segment)[index]
     data = bytearray(segment.read_bytes())
     data[start : start + length] = bytes(length)
     segment.write_bytes(bytes(data))
+    return start
+
+
+def test_a_hole_past_the_sync_point_is_cut_and_reported(log_dir, caplog):
+    crashed = unsynced_tail_copy(log_dir)
+    segment = crashed / filenames.segment_name(0)
+    size = segment.stat().st_size
+    start = lose_batch(segment, 6)  # offset 6 did not reach the disk; 7-9 did
     assert read_all(crashed) == records(6)  # a read-only open stops at the hole
     with caplog.at_level("WARNING", logger="compactlog"), compactlog.open(crashed) as log:
         report = log.recovery_report
         assert log.end_offset == 10  # offsets 6-9 were published: never handed out again
         assert log.append(b"after", b"x") == 10
-    assert any(f"cut {len(data) - start} bytes at byte {start}" in line for line in report)
+    assert any(f"cut {size - start} bytes at byte {start}" in line for line in report)
     assert any("00000000000000000000.log" in r.getMessage() for r in caplog.records)
     assert read_all(crashed) == [*records(6), (10, b"after", b"x")]
 
@@ -150,11 +162,7 @@ def test_a_hole_before_the_sync_point_is_corruption(log_dir):
         append(log, records(10))
         log.flush()
         crashed = crash_copy(log_dir)
-    segment = crashed / filenames.segment_name(0)
-    start, length = batch_positions(segment)[6]
-    data = bytearray(segment.read_bytes())
-    data[start : start + length] = bytes(length)
-    segment.write_bytes(bytes(data))
+    lose_batch(crashed / filenames.segment_name(0), 6)
     with pytest.raises(compactlog.CorruptLogError, match="valid data follows"):
         compactlog.open(crashed)
     with pytest.raises(compactlog.CorruptLogError):
@@ -359,16 +367,8 @@ def test_verify_calls_an_unsynced_hole_a_torn_tail_not_corruption(log_dir):
     import subprocess
     import sys
 
-    with compactlog.open(log_dir, sync="os") as log:
-        append(log, records(4))
-        log.flush()
-        append(log, records(6, start=4))  # never synced
-        crashed = crash_copy(log_dir)
-    segment = crashed / filenames.segment_name(0)
-    start, length = batch_positions(segment)[6]
-    data = bytearray(segment.read_bytes())
-    data[start : start + length] = bytes(length)
-    segment.write_bytes(bytes(data))
+    crashed = unsynced_tail_copy(log_dir)
+    lose_batch(crashed / filenames.segment_name(0), 6)
     done = subprocess.run(
         [sys.executable, "-m", "compactlog", "verify", str(crashed), "--json"],
         capture_output=True,
