@@ -7,7 +7,7 @@ first 36 bytes of the file describe the log's head as the last writer left it::
 
 A writer that finds the head equal to its own cached view (and the active segment's size on
 disk equal to ``active_size``) knows nobody else wrote and appends at once; otherwise it
-re-reads the directory and validates the tail (see ``writer.SegmentWriter._refresh``).
+re-reads the directory and validates the tail (see ``tail.open_newest_tail``).
 Readers may read the head without any lock: the CRC tells a torn read, which they retry.
 
 Byte 36 of ``.lock`` is the *writing mark*: a writer sets it to 1 (a store into its mmap of

@@ -66,8 +66,8 @@ from .segment import (
     read_index,
     scan_segment,
     segment_path,
-    write_index,
 )
+from .tail import rebuild_index
 
 if TYPE_CHECKING:
     from .log import Log
@@ -150,7 +150,7 @@ def recover_on_open(log: Log) -> list[str]:
     head = read_head(writer.lock_fd)
     clean = closed_cleanly(directory, head)  # (once: pass 5 may cut the file to the head)
     if clean:
-        writer._refresh(head, recovering=True)
+        writer.reopen_active(head, recovering=True)
     else:
         _recover_tail(log, head, report)
     if writer.torn_bytes_dropped:
@@ -162,12 +162,10 @@ def recover_on_open(log: Log) -> list[str]:
     writer.torn_bytes_dropped = 0
     writer.cut_tails.clear()
     writer.rebuilt_indexes.clear()
-    # 6. ``_refresh`` materialized what the head flags as pending; do not rely on the flag
-    #    alone (a repair resets the head): entries still in the buffer belong to a dead
+    # 6. ``reopen_active`` materialized what the head flags as pending; do not rely on the
+    #    flag alone (a repair resets the head): entries still in the buffer belong to a dead
     #    writer, and those already in the log are skipped
-    precommit = writer.precommit
-    if precommit is not None and not writer._holding_for_precommit and precommit.entries().offsets:
-        writer.precommit_recovered += writer._materialize_locked()
+    writer.materialize_left_pending()
     if writer.precommit_recovered:
         report.append(
             f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
@@ -228,7 +226,7 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     cut_from = 0
     if point is not None and newest is not None:
         cut_from = point.durable_end(newest) or 0  # (None: newest < point.base, refused in a.)
-    writer._refresh(
+    writer.reopen_active(
         None,
         trust_head=False,
         cut_from=cut_from,
@@ -308,30 +306,17 @@ def _check_closed_segments(log: Log, report: list[str]) -> None:
     # 4.
     bases = list_segments(directory)
     for base in bases[:-1]:
-        if _rebuild_index_if_needed(log, base, full=False):
+        if _rebuild_index_if_needed(log, base):
             report.append(f"rebuilt index {filenames.index_name(base)}")
 
 
-def _rebuild_index_if_needed(log: Log, base: int, *, full: bool) -> bool:
+def _rebuild_index_if_needed(log: Log, base: int) -> bool:
+    """Rebuild a closed segment's index if it is missing or inconsistent (pass 4)."""
     directory = log.directory
-    path = segment_path(directory, base)
-    size = os.path.getsize(path)
-    entries = read_index(directory, base)
-    if entries is not None and index_is_consistent(entries, size) and not full:
+    size = os.path.getsize(segment_path(directory, base))
+    if index_is_consistent(read_index(directory, base), size):
         return False
-    with open(path, "rb") as handle:
-        data = handle.read()
-    result = scan_segment(path, data, HEADER_SIZE, index_interval=log.config.index_interval_bytes)
-    if full and entries is not None and index_is_consistent(entries, result.valid_end):
-        # every entry must point at a batch holding its offset
-        good = all(
-            (h := check_batch(data, int(pos), len(data))[0]) is not None
-            and h.base_offset == base + int(rel)
-            for rel, pos in entries
-        )
-        if good:
-            return False
-    write_index(log.fs, directory, base, result.index_entries)
+    rebuild_index(log.fs, directory, base, log.config.index_interval_bytes)
     return True
 
 
@@ -600,4 +585,4 @@ def _repair_segment(
     if not good and result is not None:
         report.fixes.append(f"rebuilt index {filenames.index_name(base)}")
         if not dry_run:
-            write_index(fs, directory, base, result.index_entries)
+            rebuild_index(fs, directory, base, interval)

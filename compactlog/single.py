@@ -130,7 +130,7 @@ def build_plain_append(
                     flock(lock_fd, LOCK_EX)
                     writer._flock_held = locked_here = True
                     if head_map[0:PUBLISHED_SIZE] != published or writer.active is None:
-                        writer._refresh(read_head(lock_fd))  # another process wrote (or died)
+                        writer.reopen_active(read_head(lock_fd))  # another process wrote (or died)
             elif not writer._steady:
                 locked_here = prepare()
             timestamp = time_ns() // 1_000_000  # 2. (wall_clock_ms, inlined)

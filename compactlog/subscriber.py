@@ -77,7 +77,6 @@ from .errors import (
     SubscriberError,
 )
 from .format import (
-    BATCH_HEADER,
     SEGMENT_FILE_HEADER,
     Record,
     RecordBatch,
@@ -112,6 +111,7 @@ from .segment import (
 )
 from .serde import RAW, Serde
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
+from .tail import batch_at
 
 if TYPE_CHECKING:
     from .log import Log
@@ -1065,9 +1065,7 @@ class Subscriber:
         hint = lookup_position(read_index(self.directory, base), base, self._position)
         if hint == HEADER_SIZE:
             return hint
-        header, _ = read_batch_header(read_all(fd, hint, BATCH_HEADER.size), 0, 1 << 62)
-        if header is not None:
-            header, _ = check_batch(read_all(fd, hint, header.length), 0, header.length)
+        header = batch_at(fd, hint)
         if header is None or header.base_offset > self._position:
             return HEADER_SIZE
         return hint

@@ -10,7 +10,7 @@ process dies at each step):
 
 1. ``writev`` header and body at the end of the active segment. Death here leaves a torn
    tail: the next writer finds the segment longer than the head says, validates the bytes
-   past it and truncates what is not a whole batch (``_refresh``).
+   past it and truncates what is not a whole batch (``tail.py``).
 2. Maybe append an index entry. A torn or missing entry is harmless: indexes are checked
    and rebuilt.
 3. Publish the new head in ``.lock``. Death before it: the next writer sees the size
@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 
 from . import filenames
 from .config import LogConfig
-from .errors import LogClosedError, MissingSegmentError, WriteRefusedError
+from .errors import LogClosedError, WriteRefusedError
 from .format import (
     BATCH_HEADER,
     INDEX_ENTRY,
@@ -92,17 +92,12 @@ from .linger import LingerBuffer
 from .precommit import PrecommitBuffer
 from .segment import (
     HEADER_SIZE,
-    index_is_consistent,
     index_path,
-    list_segments,
-    read_all,
-    read_index,
-    scan_segment,
     segment_path,
-    write_index,
 )
+from .tail import open_newest_tail
 from .tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
-from .tailmap import RETRYABLE, TailWindow, only_zeros
+from .tailmap import RETRYABLE, TailWindow
 
 logger = logging.getLogger(__name__)
 
@@ -447,10 +442,10 @@ class SegmentWriter:
             return
         if self.active is None and self.awaiting_recovery:
             return
-        self._refresh(read_head(self.lock_fd))
+        self.reopen_active(read_head(self.lock_fd))
 
-    # -- refresh: learn what other processes (or a crash) did --------------------------
-    def _refresh(
+    # -- reopen: learn what other processes (or a crash) did -----------------------------
+    def reopen_active(
         self,
         head: Head | None,
         *,
@@ -459,175 +454,41 @@ class SegmentWriter:
         empty_base: int = 0,
         recovering: bool = False,
     ) -> None:
-        """Re-read the directory, open the newest segment, validate its tail.
+        """Make the newest segment, as ``tail.open_newest_tail`` finds it (its torn tail cut,
+        its index checked), the active one (caller holds both locks); publish the head, and
+        materialize a precommit buffer that a dead process left pending.
 
-        Truncates a torn tail (the bytes are counted in ``torn_bytes_dropped`` and logged),
-        rebuilds the active index when it disagrees with the segment, and materializes a
-        precommit buffer that a dead process left pending.
-
-        ``cut_from`` is for recovery after a crash that may have been a power loss: from
-        that byte of the newest segment on, nothing is known to be on disk (the sync point,
-        head.py), so the first invalid batch there ends the data even when valid bytes
-        follow (unsynced writes reach the disk in any order), and a newest segment whose
-        file header is missing or all zeros (0: its creation was never synced) is empty.
-        ``empty_base`` is the first segment's base if there is none (and no head).
+        ``trust_head``, ``cut_from`` and ``empty_base`` are those of ``open_newest_tail``
+        (open-time recovery after a crash passes them, ``recovery.py`` pass 5).
         ``recovering``: open-time recovery, whose publication of what a dead writer left is
         synced first under ``sync="always"`` like any other.
         """
-        bases = list_segments(self.directory)
-        if head is not None and head.active_base not in bases:
-            if head.active_size > HEADER_SIZE:
-                raise MissingSegmentError(
-                    f"the active segment {filenames.segment_name(head.active_base)} is missing "
-                    f"(it held offsets up to {head.end_offset - 1}); run repair",
-                    path=self.directory,
-                    position=0,
-                )
-            if not bases or head.active_base > bases[-1]:
-                bases.append(head.active_base)  # a roll died before creating the file
-        created = not bases
-        if not bases:
-            bases = [max(self._log_start(), head.end_offset if head else empty_base)]
-        base = bases[-1]
-        path = segment_path(self.directory, base)
-        created = created or not os.path.exists(path)
-        fd = self.fs.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            size = self._check_newest_header(fd, path, cut_from)
-            if created:  # a log's first segment, or one a roll died before creating
-                self._fdatasync(fd)
-                self.fs.fsync_dir(self.directory)
-        except BaseException:
-            os.close(fd)
-            raise
-        entries = read_index(self.directory, base)
-        # where can validation start? after what the head vouches for, or the last index
-        # entry if the batch there is whole and holds the offset the entry names (an index
-        # is never fsynced: after a power loss it may be older or newer than the segment)
-        start, next_offset = HEADER_SIZE, None
-        if (
-            trust_head
-            and head is not None
-            and head.active_base == base
-            and HEADER_SIZE <= head.active_size <= size
-        ):
-            start, next_offset = head.active_size, head.end_offset
-        elif entries is not None and len(entries) and index_is_consistent(entries, size):
-            start = self._checked_index_start(fd, base, entries, size)
-        if cut_from is not None:
-            start = min(start, max(cut_from, HEADER_SIZE))
-            next_offset = None
-        data = read_all(fd, start, size - start)
-        tolerate = None if cut_from is None else max(cut_from - start, 0)
-        result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
-        if next_offset is None and result.next_offset is None and start > HEADER_SIZE:
-            # the index pointed at nothing valid: validate the whole segment instead
-            start = HEADER_SIZE
-            data = read_all(fd, start, size - start)
-            tolerate = None if cut_from is None else max(cut_from - start, 0)
-            result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
-        valid_end = start + result.valid_end
-        if result.torn_bytes:
-            self.fs.truncate(fd, valid_end)
-            if not only_zeros(data[result.valid_end :]):  # (zeros: room an exclusive
-                self._report_cut(path, valid_end, result.torn_bytes)  # writer reserved)
-        if result.next_offset is not None:
-            next_offset = result.next_offset
-        if next_offset is None:
-            next_offset = base if start == HEADER_SIZE else self._next_offset_from_scan(fd, base)
+        tail = open_newest_tail(
+            self.directory,
+            self.fs,
+            head,
+            log_start=self._log_start(),
+            index_interval=self.config.index_interval_bytes,
+            sync_new_file=self._fdatasync,
+            trust_head=trust_head,
+            cut_from=cut_from,
+            empty_base=empty_base,
+        )
+        for _path, _position, length in tail.cuts:
+            self.torn_bytes_dropped += length
+        self.cut_tails.extend(tail.cuts)
+        if tail.rebuilt_index:
+            self.rebuilt_indexes.append(tail.base)
         if self.active is not None:
             self._retire(self.active)
-        index_fd, index_size = self._open_index(base, valid_end, entries)
-        active = ActiveSegment(base, fd, valid_end, index_fd, index_size)
-        if valid_end > HEADER_SIZE:
-            # the segment's age (segment_ms) counts from its first batch, already validated;
-            # only its header is read, so the bound passed is the valid end, not 48 bytes
-            from .format import BATCH_HEADER, read_batch_header
-
-            first = read_all(fd, HEADER_SIZE, BATCH_HEADER.size)
-            header, _ = read_batch_header(first, 0, valid_end - HEADER_SIZE)
-            active.first_ts = header.max_ts if header is not None else None
-        last = read_index(self.directory, base)
-        if last is not None and len(last):
-            active.last_index_pos = int(last[-1, 1])
+        active = ActiveSegment(tail.base, tail.fd, tail.size, tail.index_fd, tail.index_size)
+        active.first_ts = tail.first_ts
+        active.last_index_pos = tail.last_index_pos
         self.active = active
-        self.end_offset = max(next_offset, base)
+        self.end_offset = tail.next_offset
         self._publish_head(sync_first=recovering)
         if head is not None and head.precommit_pending and not self._holding_for_precommit:
             self.precommit_recovered += self._materialize_locked()
-
-    def _check_newest_header(self, fd: int, path: str, cut_from: int | None) -> int:
-        """The newest segment's size once its file header is whole: a header cut short by a
-        death during its creation (or, with ``cut_from`` 0, anything but a whole header after
-        a power loss: nothing of the file was ever synced) is written anew, and the file is
-        then empty; any other damage is refused."""
-        from .segment import check_segment_header, unsynced_header
-
-        size = os.fstat(fd).st_size
-        header = read_all(fd, 0, min(size, HEADER_SIZE))
-        if header == SEGMENT_FILE_HEADER or not unsynced_header(header, 1 if cut_from else 0):
-            check_segment_header(path, header)
-            return size
-        if size > HEADER_SIZE and not only_zeros(read_all(fd, HEADER_SIZE, size - HEADER_SIZE)):
-            self._report_cut(path, 0, size)
-        self.fs.pwrite(fd, SEGMENT_FILE_HEADER, 0)
-        self.fs.truncate(fd, HEADER_SIZE)
-        return HEADER_SIZE
-
-    def _checked_index_start(self, fd: int, base: int, entries: Any, size: int) -> int:
-        """The last index entry's position if a whole batch holding the entry's offset
-        starts there, else the segment's start."""
-        from .format import check_batch
-
-        relative, position = int(entries[-1, 0]), int(entries[-1, 1])
-        data = read_all(fd, position, size - position)
-        header, _reason = check_batch(data, 0, len(data))
-        if header is None or header.base_offset != base + relative:
-            return HEADER_SIZE
-        return position
-
-    def _report_cut(self, path: str, position: int, length: int) -> None:
-        """Count, log and remember a tail cut off the newest segment (see ``recovery``)."""
-        self.torn_bytes_dropped += length
-        self.cut_tails.append((path, position, length))
-        logger.warning(
-            "%s: cut %d bytes at byte %d (a torn or unsynced tail left by a crash)",
-            path,
-            length,
-            position,
-        )
-
-    def _next_offset_from_scan(self, fd: int, base: int) -> int:
-        size = os.fstat(fd).st_size
-        result = scan_segment(
-            segment_path(self.directory, base),
-            read_all(fd, HEADER_SIZE, size - HEADER_SIZE),
-            0,
-            origin=HEADER_SIZE,
-        )
-        return base if result.next_offset is None else result.next_offset
-
-    def _open_index(self, base: int, valid_end: int, entries: Any) -> tuple[int, int]:
-        """Open the active index, rebuilding it if it is missing or disagrees."""
-        path = index_path(self.directory, base)
-        if entries is None or not index_is_consistent(entries, valid_end):
-            self._rebuild_index(base, valid_end)
-            self.rebuilt_indexes.append(base)
-        index_fd = self.fs.open(path, os.O_RDWR | os.O_CREAT)
-        size = os.fstat(index_fd).st_size
-        usable = HEADER_SIZE + (size - HEADER_SIZE) // INDEX_ENTRY.size * INDEX_ENTRY.size
-        if usable != size:
-            self.fs.truncate(index_fd, usable)
-        return index_fd, usable
-
-    def _rebuild_index(self, base: int, valid_end: int) -> None:
-        path = segment_path(self.directory, base)
-        with open(path, "rb") as handle:
-            data = handle.read(valid_end)
-        result = scan_segment(
-            path, data, HEADER_SIZE, index_interval=self.config.index_interval_bytes
-        )
-        write_index(self.fs, self.directory, base, result.index_entries)
 
     def _retire(self, active: ActiveSegment, *, synced: bool = False) -> None:
         """Stop appending to a segment; the next sync fsyncs it unless it is ``synced``
@@ -825,7 +686,7 @@ class SegmentWriter:
             self._flock_held = locked_here = True
             if self.head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
                 try:
-                    self._refresh(read_head(self.lock_fd))  # another process wrote (or died)
+                    self.reopen_active(read_head(self.lock_fd))  # another process wrote (or died)
                 except BaseException:  # (a missing segment, say: other writers go on)
                     self._flock_held = False
                     flock(self.lock_fd, LOCK_UN)
@@ -1349,6 +1210,15 @@ class SegmentWriter:
             if self.precommit.count or self._holding_for_precommit:
                 with self._exclusive():
                     self._materialize_locked()
+
+    def materialize_left_pending(self) -> None:
+        """Open-time recovery's pass 6 (caller holds both locks): entries still in the
+        precommit buffer at open belong to a stopped writer, flagged in the head or not;
+        write them (those already in the log are skipped), counted in
+        ``precommit_recovered``."""
+        buffer = self.precommit
+        if buffer is not None and not self._holding_for_precommit and buffer.entries().offsets:
+            self.precommit_recovered += self._materialize_locked()
 
     def _materialize_locked(self) -> int:
         """Turn pending precommit entries into batches (caller holds both locks). Returns
