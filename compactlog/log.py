@@ -168,7 +168,7 @@ class Log:
                     exclusive=exclusive,
                 )
                 try:
-                    with self.writer.exclusive():
+                    with self.writer.pause_appends():
                         self.recovery_report = recovery.recover_on_open(self)
                 except BaseException:
                     self.writer.close()
@@ -370,7 +370,7 @@ class Log:
         read only at open; ``remedy`` ends that refusal. This open's own writer keeps the
         settings it opened with: reopen to write with the new ones."""
         writer = self._writable()
-        with writer.exclusive():
+        with writer.pause_appends():
             return self._store_config_locked(changes, live_writers, remedy).config
 
     def _store_config_locked(
@@ -715,7 +715,7 @@ class Log:
         """:meth:`enforce_retention` for a caller already holding the cleaner lock
         (``compact()`` runs it at the end of every pass, with the pass's ``config``)."""
         writer = self._writable()
-        with writer.exclusive():
+        with writer.pause_appends():
             infos = retention.closed_segments(self.directory, self._timestamp_cache)
             active_base = list_segments(self.directory)[-1]
             total = sum(i.size for i in infos) + segment_data_size(

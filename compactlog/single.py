@@ -13,15 +13,15 @@ The function writes a *plain* record in one frame: a bytes key and a bytes value
 Any other call goes to ``Log.append``, the general path, unchanged. A plain append:
 
 1. takes the thread lock (a thread that finds it taken queues its record for a group write,
-   ``SegmentWriter._append_queued``); a shared writer then takes the ``flock`` and compares
+   ``FastPathHooks.append_queued``); a shared writer then takes the ``flock`` and compares
    the head in the map of ``.lock`` with what it last published, catching up if another
-   process wrote (``SegmentWriter._prepare_append``); a steady ``exclusive=True`` writer
+   process wrote (``FastPathHooks.prepare_append``); a steady ``exclusive=True`` writer
    skips that, as nobody else can write;
 2. reads the wall clock and encodes the one-record batch with its offset, byte for byte what
    ``format.encode_single`` gives;
 3. only when the record crosses the active segment's checkpoint (``plain_stop`` bytes or
    ``plain_deadline`` ms, see ``ActiveSegment``), checks free space and rolls the segment
-   (``SegmentWriter._plain_checkpoint``), which per record would cost a clock read and
+   (``FastPathHooks.checkpoint``), which per record would cost a clock read and
    three comparisons;
 4. writes the record under the crash protocol of ``SegmentWriter.append_record``: a
    shared writer sets the writing mark and calls ``pwrite``; an exclusive one stores the
@@ -58,7 +58,6 @@ from .head import (
     HEAD_CRC,
     PUBLISHED_SIZE,
     WRITING_MARK,
-    read_head,
 )
 
 if TYPE_CHECKING:
@@ -79,25 +78,28 @@ def build_plain_append(
     """The ``append(key, value, *, timestamp_ms=None, headers=None)`` of a log whose writer
     is ``writer`` (no precommit or linger buffer, the plain file system, no compression, the
     wall clock: ``Log._choose_append_path`` checks). Calls that are not plain go to
-    ``general``, the log's own ``Log.append``."""
+    ``general``, the log's own ``Log.append``. Everything it uses of the writer comes
+    through ``writer.fast_path_hooks()`` and the attributes ``FastPathHooks`` lists."""
     limit = min(max_record_bytes, PLAIN_MAX_BYTES)
-    shared = not writer.exclusive_mode
+    shared = not writer.sole_writer
     sync_always = writer.config.sync == "always"
     index_interval = writer.config.index_interval_bytes
     lock = writer.lock
     acquire, release = lock.acquire, lock.release
-    queued = writer._append_queued
-    prepare = writer._prepare_append
-    checkpoint = writer._plain_checkpoint
-    add_index_entry = writer._index_locked
-    ring = writer._ring
-    undo = writer._undo_partial_write
-    refusal = writer._refusal
+    hooks = writer.fast_path_hooks()
+    queued = hooks.append_queued
+    prepare = hooks.prepare_append
+    catch_up = hooks.catch_up
+    checkpoint = hooks.checkpoint
+    add_index_entry = hooks.add_index_entry
+    undo = hooks.undo_partial_write
+    refusal = hooks.refusal
+    ring = hooks.ring_doorbell
+    published = hooks.published
+    published_fields = hooks.published_fields
     write_rest = writer.fs.pwrite  # (loops until every byte is written)
     lock_fd = writer.lock_fd
     head_map = writer.head_map
-    published = writer._published
-    published_fields = writer._published_fields
     pack_lengths = TWO_LENGTHS.pack
     pack_tail = HEADER_TAIL.pack
     pack_length_crc = LENGTH_CRC.pack
@@ -123,15 +125,15 @@ def build_plain_append(
             return queued([key, value, time_ns() // 1_000_000, b"", None])
         locked_here = False
         try:
-            if shared:  # 1. (_prepare_append, inlined for the common case)
-                if writer._flock_held or writer.closed or writer._sync_failed is not None:
+            if shared:  # 1. (prepare_append, inlined for the common case)
+                if writer.flock_held or writer.closed or writer.sync_failed is not None:
                     locked_here = prepare()  # (a closed log or a failed fsync raises)
                 else:
                     flock(lock_fd, LOCK_EX)
-                    writer._flock_held = locked_here = True
+                    writer.flock_held = locked_here = True
                     if head_map[0:PUBLISHED_SIZE] != published or writer.active is None:
-                        writer.reopen_active(read_head(lock_fd))  # another process wrote (or died)
-            elif not writer._steady:
+                        catch_up()  # another process wrote (or died)
+            elif not writer.steady:
                 locked_here = prepare()
             timestamp = time_ns() // 1_000_000  # 2. (wall_clock_ms, inlined)
             offset = writer.end_offset
@@ -186,7 +188,7 @@ def build_plain_append(
             raise refusal(error) from error
         finally:
             if locked_here:  # 5.
-                writer._flock_held = False
+                writer.flock_held = False
                 flock(lock_fd, LOCK_UN)
             release()
         if sync_always:

@@ -159,6 +159,28 @@ class ActiveSegment:
         self.reserved = False
 
 
+class FastPathHooks(NamedTuple):
+    """What the plain append path (``single.py``) binds once, as local names, from its
+    writer (:meth:`SegmentWriter.fast_path_hooks`); the steps it does not inline.
+
+    Besides these, the path reads and writes the writer's public per-append state:
+    ``active``, ``end_offset``, ``write_seq``, ``flock_held``, ``closed``, ``sync_failed``
+    and ``steady`` (attributes, read on every call), ``lock``, ``lock_fd`` and
+    ``head_map``.
+    """
+
+    append_queued: Callable[[list[Any]], int]  # the lock was busy: queue for a group write
+    prepare_append: Callable[[], bool]  # not steady: checks, flock, catch up; took the flock?
+    catch_up: Callable[[], None]  # another process wrote or died: reopen the active segment
+    checkpoint: Callable[[int, int], ActiveSegment]  # past plain_stop/plain_deadline
+    add_index_entry: Callable[[ActiveSegment, int, int], None]
+    undo_partial_write: Callable[[ActiveSegment, int], None]
+    refusal: Callable[[OSError], WriteRefusedError]
+    ring_doorbell: Callable[[], None]
+    published: bytearray  # the head as last published, packed in place (head.py)
+    published_fields: memoryview  # its fields the head's CRC covers
+
+
 class SegmentWriter:
     def __init__(
         self,
@@ -191,9 +213,9 @@ class SegmentWriter:
         # the plain FileSystem: the append path calls os.pwrite itself (a subclass that
         # injects faults gets every call, as before)
         self.plain_fs = type(fs) is FileSystem
-        # exclusive=True: the flock is taken once here and kept until close, so no other
-        # process can write and the cached head is always right (see head.py)
-        self.exclusive_mode = exclusive
+        # the open's exclusive=True: the flock is taken once here and kept until close, so
+        # no other process can write and the cached head is always right (see head.py)
+        self.sole_writer = exclusive
         # an exclusive writer stores plain records into a mapped, reserved window of the
         # active segment instead of a pwrite each (tailmap.py); False once the file system
         # refused to reserve room for good (or a test wants the pwrite path)
@@ -209,16 +231,16 @@ class SegmentWriter:
         self.cut_tails: list[tuple[str, int, int]] = []  # (file, byte, bytes) cut by recovery
         self.rebuilt_indexes: list[int] = []
         self.precommit_recovered = 0  # entries of a dead writer materialized by this one
-        self._flock_held = False
+        self.flock_held = False
         self._flock_depth = 0
         # until open-time recovery has run (recovery.recover_on_open), taking the lock does
         # not catch up with the head: after a crash the head is a hint, and recovery decides
         self.awaiting_recovery = True
         # True while append_record may skip _prepare_append and the tests it makes for other
         # writers: an exclusive writer holding its flock for good, open, with no buffer, the
-        # plain FileSystem and no failed fsync (set by _exclusive once the flock is taken;
+        # plain FileSystem and no failed fsync (set by _flocked once the flock is taken;
         # cleared by close, a failed fsync and a precommit buffer)
-        self._steady = False
+        self.steady = False
         # durability
         self.write_seq = 0
         self.synced_seq = 0
@@ -232,7 +254,7 @@ class SegmentWriter:
         self._durable_point_at = float("-inf")
         self._force_point = False
         # self-protection
-        self._sync_failed: OSError | None = None
+        self.sync_failed: OSError | None = None
         self._next_space_check = float("-inf")  # monotonic time of the next free-space check
         self._bytes_since_check = 0
         # precommit
@@ -322,7 +344,7 @@ class SegmentWriter:
         try:
             self.materialize()
             self.sync_all(record_point=True)
-            with self.lock, self._exclusive():
+            with self.lock, self._flocked():
                 if self.active is not None:  # (None: recovery failed at open)
                     self._cut_reserved(self.active)
                     head = self._current_head()
@@ -331,7 +353,7 @@ class SegmentWriter:
         finally:
             with self.lock:
                 self.closed = True
-                self._steady = False
+                self.steady = False
                 if self.precommit is not None:
                     self.precommit.close()
                 self._retired.clear()
@@ -346,44 +368,44 @@ class SegmentWriter:
 
     # -- locking -----------------------------------------------------------------------
     @contextmanager
-    def _exclusive(self) -> Any:
+    def _flocked(self) -> Any:
         """The inter-process lock plus an up-to-date view of the head (caller holds
         ``self.lock``). Nests; the outermost exit releases the ``flock`` unless the
         precommit buffer still needs it."""
-        if not self._flock_held:
+        if not self.flock_held:
             lock_exclusive(self.lock_fd)
-            self._flock_held = True
+            self.flock_held = True
             try:
                 self._sync_head()
             except BaseException:
-                self._flock_held = False
+                self.flock_held = False
                 unlock(self.lock_fd)
                 raise
-            self._steady = (
-                self.exclusive_mode
+            self.steady = (
+                self.sole_writer
                 and self.plain_single
                 and self.plain_fs
                 and not self.closed
-                and self._sync_failed is None
+                and self.sync_failed is None
             )
         self._flock_depth += 1
         try:
             yield
         finally:
             self._flock_depth -= 1
-            if self._flock_depth == 0 and self._flock_held and not self._keeps_flock():
-                self._flock_held = False
+            if self._flock_depth == 0 and self.flock_held and not self._keeps_flock():
+                self.flock_held = False
                 unlock(self.lock_fd)
 
     def _keeps_flock(self) -> bool:
         """Whether the flock stays held between operations: for the log's lifetime with
         ``exclusive=True``, and while a precommit or linger buffer hands out offsets."""
-        return self.exclusive_mode or self._holding_for_precommit or self._holding_for_linger
+        return self.sole_writer or self._holding_for_precommit or self._holding_for_linger
 
     def _check_open(self) -> None:
         if self.closed:
             raise LogClosedError("log is closed", path=self.directory)
-        if self._sync_failed is not None:
+        if self.sync_failed is not None:
             raise self._sync_refusal()
 
     def _current_head(self) -> Head:
@@ -442,6 +464,11 @@ class SegmentWriter:
             return
         if self.active is None and self.awaiting_recovery:
             return
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Another process wrote (or died): reopen the active segment as the head says
+        (caller holds both locks)."""
         self.reopen_active(read_head(self.lock_fd))
 
     # -- reopen: learn what other processes (or a crash) did -----------------------------
@@ -564,13 +591,29 @@ class SegmentWriter:
         self._sync_locked()
 
     # -- appending ---------------------------------------------------------------------
+    def fast_path_hooks(self) -> FastPathHooks:
+        """The steps of an append that the plain path (``single.py``) calls (see
+        :class:`FastPathHooks`)."""
+        return FastPathHooks(
+            self._append_queued,
+            self._prepare_append,
+            self._catch_up,
+            self._plain_checkpoint,
+            self._index_locked,
+            self._undo_partial_write,
+            self._refusal,
+            self._ring,
+            self._published,
+            self._published_fields,
+        )
+
     def append_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[int, int]:
         """Write encoded batches back to back; returns (first offset, write sequence)."""
         total = sum(b.size for b in batches)
         with self.lock:
             self._check_open()
             try:
-                with self._exclusive():
+                with self._flocked():
                     if self.linger is not None and self.linger.count:
                         self._flush_linger_locked()
                     if self.precommit is not None and self.precommit.count:
@@ -616,7 +659,7 @@ class SegmentWriter:
         if not lock.acquire(False):  # (positional: parsing a keyword costs a little)
             return self._append_queued([key, value, timestamp, headers, None])
         locked_here = False
-        steady = self._steady
+        steady = self.steady
         try:
             if not steady:  # a shared writer, a buffer, a closed log, a failed fsync
                 locked_here = self._prepare_append()
@@ -638,7 +681,7 @@ class SegmentWriter:
                 position = active.size
             head_map = self.head_map
             # 1. (an exclusive writer, steady or not, sets no mark: no live writer could see it)
-            if not steady and not self.exclusive_mode:
+            if not steady and not self.sole_writer:
                 head_map[WRITING_MARK] = 1
             try:
                 if not ((steady or self.plain_fs) and pwrite(active.fd, data, position) == size):
@@ -666,7 +709,7 @@ class SegmentWriter:
             raise self._refusal(error) from error
         finally:
             if locked_here and not (self._holding_for_precommit or self._holding_for_linger):
-                self._flock_held = False
+                self.flock_held = False
                 flock(self.lock_fd, LOCK_UN)
             lock.release()
         if self._sync_always:
@@ -678,17 +721,17 @@ class SegmentWriter:
         ``self.lock``): refuse a closed log or one whose fsync failed, take the ``flock``
         and catch up with other processes, write pending precommit entries. Returns whether
         it took the ``flock`` (then the append lets it go)."""
-        if self.closed or self._sync_failed is not None:
+        if self.closed or self.sync_failed is not None:
             self._check_open()
         locked_here = False
-        if not self._flock_held:  # (exclusive=True, or a buffer, keeps it held)
+        if not self.flock_held:  # (exclusive=True, or a buffer, keeps it held)
             flock(self.lock_fd, LOCK_EX)
-            self._flock_held = locked_here = True
+            self.flock_held = locked_here = True
             if self.head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
                 try:
-                    self.reopen_active(read_head(self.lock_fd))  # another process wrote (or died)
+                    self._catch_up()  # another process wrote (or died)
                 except BaseException:  # (a missing segment, say: other writers go on)
-                    self._flock_held = False
+                    self.flock_held = False
                     flock(self.lock_fd, LOCK_UN)
                     raise
         if self.precommit is not None and self.precommit.count:
@@ -723,7 +766,7 @@ class SegmentWriter:
         if window is not None and position + incoming > window.end:
             self._drop_window(active)  # (a store past a window's end is not possible)
             window = None
-        if window is None and self.map_tail and self._steady:
+        if window is None and self.map_tail and self.steady:
             window = self._map_window(active, position + incoming)
         budget = SPACE_CHECK_BYTES - self._bytes_since_check
         stop = min(self._segment_bytes, position + budget) if budget > 0 else 0
@@ -759,7 +802,7 @@ class SegmentWriter:
     def _write_queue_locked(self, queue: list[list[Any]]) -> None:
         try:
             self._check_open()
-            with self._exclusive():
+            with self._flocked():
                 if self.precommit is not None and self.precommit.count:
                     self._materialize_locked()
                 self._check_space(sum(BATCH_HEADER.size + 12 + len(s[3]) for s in queue))
@@ -804,7 +847,7 @@ class SegmentWriter:
         active = self.active
         assert active is not None
         position = active.size
-        if not self.exclusive_mode:  # (no other live writer can see an exclusive one's mark)
+        if not self.sole_writer:  # (no other live writer can see an exclusive one's mark)
             self.head_map[WRITING_MARK] = 1
         try:
             self.fs.pwritev(active.fd, parts, position)
@@ -932,7 +975,7 @@ class SegmentWriter:
         """Return once every write up to ``seq`` is on disk (group commit)."""
         with self._sync_cond:
             while self.synced_seq < seq:
-                if self._sync_failed is not None:
+                if self.sync_failed is not None:
                     raise self._sync_refusal()
                 if self._syncing:
                     self._sync_cond.wait()
@@ -958,7 +1001,7 @@ class SegmentWriter:
         self.sync_through(self.write_seq)
         if record_point and self._force_point:
             with self.lock:  # nothing was left to sync: record the point anyway
-                if self.active is not None and self._sync_failed is None:
+                if self.active is not None and self.sync_failed is None:
                     self._run_sync(self._take_sync_job(dup=False))
 
     def _sync_once(self) -> int:
@@ -982,7 +1025,7 @@ class SegmentWriter:
         active = self.active
         if active is None:
             return
-        if self._sync_failed is not None:
+        if self.sync_failed is not None:
             raise self._sync_refusal()
         if (active.base, active.size) != self._synced_at or self._retired or self._dir_dirty:
             self._run_sync(self._take_sync_job(dup=False), locked=True)
@@ -1022,8 +1065,8 @@ class SegmentWriter:
         report success for data that is gone (PostgreSQL's "fsyncgate"), so the writer stops
         (caller holds ``self.lock``): appends and flushes are refused until the log is
         reopened, and the reopen validates the tail against what is really on disk."""
-        self._sync_failed = error
-        self._steady = False
+        self.sync_failed = error
+        self.steady = False
 
     def _store_sync_point(self, job: _SyncJob) -> None:
         """Store the sync point into ``.lock`` (caller holds ``self.lock``; see head.py).
@@ -1053,7 +1096,7 @@ class SegmentWriter:
 
     def _sync_refusal(self) -> WriteRefusedError:
         return WriteRefusedError(
-            f"an fsync failed ({self._sync_failed}); records since the last successful sync "
+            f"an fsync failed ({self.sync_failed}); records since the last successful sync "
             "may not be durable; appends and flushes are refused until the log is reopened",
             path=self.directory,
         )
@@ -1084,15 +1127,15 @@ class SegmentWriter:
         assert buffer is not None
         payload = max(key_length, 0) + max(value_length, 0) + len(headers)
         with self.lock:
-            if self.closed or self._sync_failed is not None:
+            if self.closed or self.sync_failed is not None:
                 self._check_open()
             if not buffer.room_for(payload):
-                with self._exclusive():
+                with self._flocked():
                     self._materialize_locked()
                 if not buffer.room_for(payload):
                     return -1  # larger than the buffer: the caller writes it directly
             if not self._holding_for_precommit:
-                with self._exclusive():
+                with self._flocked():
                     self._check_space(payload)
                     self._holding_for_precommit = True
                     self._publish_head()
@@ -1117,11 +1160,11 @@ class SegmentWriter:
         buffer = self.linger
         assert buffer is not None
         with self.lock:
-            if self.closed or self._sync_failed is not None:
+            if self.closed or self.sync_failed is not None:
                 self._check_open()
             if not buffer.count:
                 try:
-                    with self._exclusive():
+                    with self._flocked():
                         if self.precommit is not None and self.precommit.count:
                             self._materialize_locked()
                         self._check_space(BATCH_HEADER.size)
@@ -1145,7 +1188,7 @@ class SegmentWriter:
         if buffer is None or not buffer.count:
             return
         with self.lock:
-            if self.closed or self._sync_failed is not None:
+            if self.closed or self.sync_failed is not None:
                 return
             if not buffer.count or time.monotonic() - buffer.started < older_than:
                 return
@@ -1155,7 +1198,7 @@ class SegmentWriter:
 
     def _flush_linger_or_refuse(self) -> None:
         try:
-            with self._exclusive():
+            with self._flocked():
                 self._flush_linger_locked()
         except OSError as error:
             raise self._refusal(error) from error
@@ -1200,15 +1243,15 @@ class SegmentWriter:
     def materialize(self) -> None:
         if self.linger is not None and self.linger.count:
             with self.lock:
-                if not self.closed and self._sync_failed is None and self.linger.count:
+                if not self.closed and self.sync_failed is None and self.linger.count:
                     self._flush_linger_or_refuse()
         if self.precommit is None:
             return
         with self.lock:
-            if self.closed or self._sync_failed is not None:
+            if self.closed or self.sync_failed is not None:
                 return  # after a failed fsync the entries wait in the buffer for a reopen
             if self.precommit.count or self._holding_for_precommit:
-                with self._exclusive():
+                with self._flocked():
                     self._materialize_locked()
 
     def materialize_left_pending(self) -> None:
@@ -1227,7 +1270,7 @@ class SegmentWriter:
         if buffer is None:
             path = os.path.join(self.directory, filenames.PRECOMMIT)
             buffer = self.precommit = PrecommitBuffer(path, 0)
-            self.plain_single = self._steady = False
+            self.plain_single = self.steady = False
         entries = buffer.pending()
         skip = 0
         written = 0
@@ -1262,11 +1305,13 @@ class SegmentWriter:
 
     # -- maintenance hooks used by retention, the cleaner and recovery ------------------
     @contextmanager
-    def exclusive(self) -> Any:
-        """Both locks, for operations that must not interleave with appends."""
+    def pause_appends(self) -> Any:
+        """Both locks (the thread lock, and the ``flock`` with the head caught up) with the
+        linger buffer written: for operations that must not interleave with appends
+        (open-time recovery, a config change, a maintenance operation)."""
         with self.lock:
             self._check_open()
-            with self._exclusive():
+            with self._flocked():
                 if self.linger is not None and self.linger.count:
                     self._flush_linger_locked()
                 yield

@@ -88,7 +88,7 @@ SECOND_WRITER = textwrap.dedent(
 def test_a_second_writer_waits_for_the_lock_and_both_work(log_dir):
     with compactlog.open(log_dir) as log:
         log.append(b"first", b"process")
-        with log.writer.exclusive():  # a writer holds the lock (as precommit does)
+        with log.writer.pause_appends():  # a writer holds the lock (as precommit does)
             child = subprocess.Popen(
                 [sys.executable, "-c", SECOND_WRITER, str(log_dir)],
                 stdout=subprocess.PIPE,

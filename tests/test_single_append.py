@@ -514,7 +514,7 @@ def test_a_plain_append_is_seen_by_another_process_when_it_returns(log_dir, excl
     with compactlog.open(log_dir, exclusive=exclusive) as log:
         assert log.plain_append_installed
         if exclusive:
-            assert log.writer._steady
+            assert log.writer.steady
         assert [log.append(b"k%d" % i, b"v") for i in range(3)] == [0, 1, 2]
         assert seen_by_another_process(log_dir) == "3 k0,k1,k2"
         assert log.append(b"k3", b"v") == 3
@@ -596,7 +596,7 @@ def test_a_steady_exclusive_writer_stops_after_a_failed_fsync(log_dir, monkeypat
 
     log = compactlog.open(log_dir, exclusive=True, sync="os")
     log.append(b"k", b"v")
-    assert log.writer._steady
+    assert log.writer.steady
 
     def failing_fdatasync(fd: int) -> None:
         raise OSError(5, "injected")
@@ -604,7 +604,7 @@ def test_a_steady_exclusive_writer_stops_after_a_failed_fsync(log_dir, monkeypat
     monkeypatch.setattr(DEFAULT_FS, "fdatasync", failing_fdatasync)
     with pytest.raises(compactlog.WriteRefusedError, match="fsync failed"):
         log.flush()
-    assert not log.writer._steady
+    assert not log.writer.steady
     with pytest.raises(compactlog.WriteRefusedError, match="reopened"):
         log.append(b"k", b"v")
     monkeypatch.undo()
