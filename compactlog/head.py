@@ -34,7 +34,7 @@ Bytes [40, 64) of ``.lock`` hold the *sync point* (``base i64 | size i64 | crc u
 spare``): segment ``base`` up to byte ``size``, and every segment before it, were on disk
 (fdatasynced, with their directory entries) when a writer stored it. A writer stores it after
 each successful sync and makes it durable (an ``fdatasync`` of ``.lock``) only now and then
-(``writer.SegmentWriter._store_sync_point``), so after a power loss it may be older than
+(``durability.SyncPoint.store``), so after a power loss it may be older than
 the truth, never newer. Recovery and readers use it to tell data that a power loss may
 legitimately have left half-written (past it: cut, and reported) from corruption (before
 it: an error).

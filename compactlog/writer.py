@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 from . import filenames
 from .config import LogConfig
+from .durability import GroupCommit, SyncJob, SyncJobs, SyncPoint, sync_files
 from .errors import LogClosedError, WriteRefusedError
 from .format import (
     BATCH_HEADER,
@@ -75,12 +76,9 @@ from .head import (
     FLAG_PRECOMMIT_PENDING,
     HEAD,
     PUBLISHED_SIZE,
-    SYNC_POINT_AT,
-    SYNC_POINT_END,
     WRITING_MARK,
     Head,
     encode_head,
-    encode_sync_point,
     lock_exclusive,
     map_lock_file,
     publish_end_into,
@@ -102,18 +100,8 @@ from .tailmap import RETRYABLE, TailWindow
 logger = logging.getLogger(__name__)
 
 SPACE_CHECK_SECONDS = 0.5
-SYNC_POINT_SECONDS = 1.0  # how stale the durable sync point may get (see _store_sync_point)
-SYNC_POINT_BYTES = 1 << 20
 SPACE_CHECK_BYTES = 4 << 20
 IOV_MAX = 1024  # buffers per pwritev (Linux's limit)
-
-
-class _SyncJob(NamedTuple):
-    retired: list[int]  # bases of segments left behind since the last sync
-    active_fd: int
-    dir_dirty: bool
-    base: int  # the active segment and its size when the job was taken
-    size: int
 
 
 class ActiveSegment:
@@ -241,18 +229,11 @@ class SegmentWriter:
         # plain FileSystem and no failed fsync (set by _flocked once the flock is taken;
         # cleared by close, a failed fsync and a precommit buffer)
         self.steady = False
-        # durability
+        # durability (durability.py)
         self.write_seq = 0
-        self.synced_seq = 0
-        self._sync_cond = threading.Condition()
-        self._syncing = False
-        self._retired: list[int] = []  # bases of segments left behind, not yet fsynced
-        self._dir_dirty = False
-        # the sync point (head.py): as last stored, and as last made durable
-        self._synced_at = (-1, -1)
-        self._durable_point = (-1, -1)
-        self._durable_point_at = float("-inf")
-        self._force_point = False
+        self._group_commit = GroupCommit()
+        self._sync_jobs = SyncJobs()
+        self._sync_point = SyncPoint(fs, self.lock_fd, self.head_map)
         # self-protection
         self.sync_failed: OSError | None = None
         self._next_space_check = float("-inf")  # monotonic time of the next free-space check
@@ -356,7 +337,7 @@ class SegmentWriter:
                 self.steady = False
                 if self.precommit is not None:
                     self.precommit.close()
-                self._retired.clear()
+                self._sync_jobs.retired.clear()
                 if self.active is not None:
                     self._drop_window(self.active)
                     os.close(self.active.fd)
@@ -524,7 +505,7 @@ class SegmentWriter:
         os.close(active.index_fd)
         os.close(active.fd)
         if not synced:
-            self._retired.append(active.base)
+            self._sync_jobs.retired.append(active.base)
 
     def _fdatasync(self, fd: int) -> None:
         """``fdatasync`` on the append path (a roll); a failure stops the writer as a failed
@@ -572,7 +553,7 @@ class SegmentWriter:
         self.fs.write(index_fd, INDEX_FILE_HEADER)
         self._retire(old, synced=True)
         self.active = ActiveSegment(base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
-        self._dir_dirty = True
+        self._sync_jobs.dir_dirty = True
         self._publish_head()
 
     def finish_recovery(self) -> None:
@@ -970,36 +951,19 @@ class SegmentWriter:
         self._next_space_check = now + SPACE_CHECK_SECONDS
         self._bytes_since_check = 0
 
-    # -- durability --------------------------------------------------------------------
+    # -- durability (durability.py) ---------------------------------------------------
     def sync_through(self, seq: int) -> None:
         """Return once every write up to ``seq`` is on disk (group commit)."""
-        with self._sync_cond:
-            while self.synced_seq < seq:
-                if self.sync_failed is not None:
-                    raise self._sync_refusal()
-                if self._syncing:
-                    self._sync_cond.wait()
-                    continue
-                self._syncing = True
-                try:
-                    self._sync_cond.release()
-                    try:
-                        target = self._sync_once()
-                    finally:
-                        self._sync_cond.acquire()
-                    self.synced_seq = max(self.synced_seq, target)
-                finally:
-                    self._syncing = False
-                    self._sync_cond.notify_all()
+        self._group_commit.wait_for(seq, self._sync_once, self._failed_sync)
 
     def sync_all(self, *, record_point: bool = False) -> None:
         """Make every write so far durable; ``record_point`` also makes the sync point durable
         (``flush()`` and ``close()``: so that the next open after a power loss can tell
         corruption from unsynced data in all of it)."""
         if record_point:
-            self._force_point = True
+            self._sync_point.force = True
         self.sync_through(self.write_seq)
-        if record_point and self._force_point:
+        if record_point and self._sync_point.force:
             with self.lock:  # nothing was left to sync: record the point anyway
                 if self.active is not None and self.sync_failed is None:
                     self._run_sync(self._take_sync_job(dup=False))
@@ -1027,34 +991,28 @@ class SegmentWriter:
             return
         if self.sync_failed is not None:
             raise self._sync_refusal()
-        if (active.base, active.size) != self._synced_at or self._retired or self._dir_dirty:
+        jobs = self._sync_jobs
+        if (active.base, active.size) != self._sync_point.stored or jobs.retired or jobs.dir_dirty:
             self._run_sync(self._take_sync_job(dup=False), locked=True)
-        with self._sync_cond:
-            self.synced_seq = max(self.synced_seq, self.write_seq)
+        self._group_commit.synced(self.write_seq)
 
-    def _take_sync_job(self, *, dup: bool) -> _SyncJob:
+    def _take_sync_job(self, *, dup: bool) -> SyncJob:
         """What the next sync covers, as of now (caller holds ``self.lock``)."""
         active = self.active
         assert active is not None
-        retired, self._retired = self._retired, []
-        dir_dirty, self._dir_dirty = self._dir_dirty, False
         fd = os.dup(active.fd) if dup else active.fd
-        return _SyncJob(retired, fd, dir_dirty, active.base, active.size)
+        return self._sync_jobs.take(fd, active.base, active.size)
 
-    def _run_sync(self, job: _SyncJob, *, locked: bool = True) -> None:
+    def _run_sync(self, job: SyncJob, *, locked: bool = True) -> None:
         """fdatasync the segments, fsync the directory, then store the sync point (and make
-        it durable now and then: see :meth:`_store_sync_point`). ``locked``: the caller
+        it durable now and then: see ``durability.SyncPoint.store``). ``locked``: the caller
         holds ``self.lock`` (else it is taken for the bookkeeping only)."""
         guard = nullcontext() if locked else self.lock
         try:
-            for base in job.retired:
-                self._sync_closed_segment(base)
-            self.fs.fdatasync(job.active_fd)
-            if job.dir_dirty:
-                self.fs.fsync_dir(self.directory)
+            sync_files(self.fs, self.directory, job)
             with guard:
                 if not self.closed:
-                    self._store_sync_point(job)
+                    self._sync_point.store(job)
         except OSError as error:
             with guard:
                 self._stop_after_failed_sync(error)
@@ -1068,31 +1026,8 @@ class SegmentWriter:
         self.sync_failed = error
         self.steady = False
 
-    def _store_sync_point(self, job: _SyncJob) -> None:
-        """Store the sync point into ``.lock`` (caller holds ``self.lock``; see head.py).
-
-        Stored after every sync (no system call), made durable with an ``fdatasync`` of
-        ``.lock`` only when it names a new segment (a roll: so that a missing active segment
-        is known to have held synced data), when ``flush()``/``close()`` ask, and otherwise
-        at most once per :data:`SYNC_POINT_SECONDS` or :data:`SYNC_POINT_BYTES`: a point
-        that is older on disk only widens the tail that recovery may cut after a power loss
-        (all of it unsynced data or, at worst, synced data a disk damaged), never loses an
-        acknowledged record."""
-        self._synced_at = (job.base, job.size)
-        self.head_map[SYNC_POINT_AT:SYNC_POINT_END] = encode_sync_point(job.base, job.size)
-        durable_base, durable_size = self._durable_point
-        now = monotonic()
-        if (
-            self._force_point
-            or job.dir_dirty
-            or job.base != durable_base
-            or job.size - durable_size >= SYNC_POINT_BYTES
-            or now - self._durable_point_at >= SYNC_POINT_SECONDS
-        ):
-            self.fs.fdatasync(self.lock_fd)
-            self._durable_point = (job.base, job.size)
-            self._durable_point_at = now
-            self._force_point = False
+    def _failed_sync(self) -> WriteRefusedError | None:
+        return None if self.sync_failed is None else self._sync_refusal()
 
     def _sync_refusal(self) -> WriteRefusedError:
         return WriteRefusedError(
@@ -1100,16 +1035,6 @@ class SegmentWriter:
             "may not be durable; appends and flushes are refused until the log is reopened",
             path=self.directory,
         )
-
-    def _sync_closed_segment(self, base: int) -> None:
-        try:
-            fd = self.fs.open(segment_path(self.directory, base), os.O_RDONLY)
-        except FileNotFoundError:
-            return  # removed by retention, or replaced by a cleaner that fsynced its output
-        try:
-            self.fs.fdatasync(fd)
-        finally:
-            self.fs.close(fd)
 
     # -- precommit ---------------------------------------------------------------------
     def append_precommit(
