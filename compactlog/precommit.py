@@ -140,6 +140,27 @@ class PrecommitBuffer:
             )
         return self.entries()
 
+    def unwritten(self, end_offset: int) -> PendingEntries:
+        """The pending entries from ``end_offset`` on (the log's end: entries below it were
+        written before a crash cut materialization short, step 2 above); none if they do not
+        start exactly there."""
+        entries = self.pending()
+        offsets = entries.offsets
+        skip = 0
+        while skip < len(offsets) and offsets[skip] < end_offset:
+            skip += 1
+        if skip == len(offsets) or offsets[skip] != end_offset:
+            return PendingEntries([], [], [], [], [])
+        if skip == 0:
+            return entries
+        return PendingEntries(
+            offsets[skip:],
+            entries.keys[skip:],
+            entries.values[skip:],
+            entries.timestamps[skip:],
+            entries.headers[skip:],
+        )
+
     def entries(self) -> PendingEntries:
         """Parse the valid entries with consecutive offsets from the start of the buffer."""
         mem = self.map

@@ -47,7 +47,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from fcntl import LOCK_EX, LOCK_UN, flock
 from os import pwrite
@@ -1136,26 +1136,17 @@ class SegmentWriter:
         assert buffer is not None
         count = buffer.count
         if count:
-            cuts = [(0, count)]
-            if buffer.byte_count > self.config.segment_bytes // 2:
-                sizes = [
-                    len(k or b"") + len(v or b"")
-                    for k, v in zip(buffer.keys, buffer.values, strict=True)
-                ]
-                cuts = split_points(sizes, self.config.segment_bytes)
             written = 0
             try:
-                for lo, hi in cuts:
-                    batch = encode_batch(
-                        buffer.keys[lo:hi],
-                        buffer.values[lo:hi],
-                        buffer.timestamps[lo:hi],
-                        headers=buffer.headers[lo:hi] if any(buffer.headers) else None,
-                        codec=1 if self.config.compression == "zstd" else 0,
-                        level=self.config.compression_level,
-                    )
+                for written_to, batch in self._encode_in_batches(
+                    buffer.keys,
+                    buffer.values,
+                    buffer.timestamps,
+                    buffer.headers if any(buffer.headers) else None,
+                    buffer.byte_count,
+                ):
                     self._write_locked(batch)
-                    written = hi
+                    written = written_to
             finally:
                 if written:
                     self.write_seq += 1
@@ -1196,37 +1187,53 @@ class SegmentWriter:
             path = os.path.join(self.directory, filenames.PRECOMMIT)
             buffer = self.precommit = PrecommitBuffer(path, 0)
             self.plain_single = self.steady = False
-        entries = buffer.pending()
-        skip = 0
-        written = 0
-        while skip < len(entries.offsets) and entries.offsets[skip] < self.end_offset:
-            skip += 1
-        if skip < len(entries.offsets) and entries.offsets[skip] == self.end_offset:
-            written = len(entries.offsets) - skip
-            keys = entries.keys[skip:]
-            values = entries.values[skip:]
-            timestamps = entries.timestamps[skip:]
-            headers = entries.headers[skip:]
-            codec = 1 if self.config.compression == "zstd" else 0
-            cuts = [(0, len(keys))]
-            if buffer.bytes_pending > self.config.segment_bytes // 2:
-                sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
-                cuts = split_points(sizes, self.config.segment_bytes)
-            for lo, hi in cuts:
-                batch = encode_batch(
-                    keys[lo:hi],
-                    values[lo:hi],
-                    timestamps[lo:hi],
-                    headers=headers[lo:hi],
-                    codec=codec,
-                    level=self.config.compression_level,
-                )
+        entries = buffer.unwritten(self.end_offset)
+        written = len(entries.offsets)
+        if written:
+            for _, batch in self._encode_in_batches(
+                entries.keys,
+                entries.values,
+                entries.timestamps,
+                entries.headers,
+                buffer.bytes_pending,
+            ):
                 self._write_locked(batch)
             self.write_seq += 1
         buffer.clear()
         self._holding_for_precommit = False
         self._publish_head()
         return written
+
+    def _encode_in_batches(
+        self,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int],
+        headers: list[dict[str, bytes] | None] | None,
+        raw_bytes: int,
+    ) -> Iterator[tuple[int, EncodedBatch]]:
+        """Buffered records (linger, precommit) as batches, each with the index just past
+        its last record: one batch, or, when the buffer held more than half a segment
+        (``raw_bytes``), the batches :func:`split_points` cuts, so segments still roll near
+        ``segment_bytes``. Encoded one at a time, as they are written."""
+        config = self.config
+        cuts = [(0, len(keys))]
+        if raw_bytes > config.segment_bytes // 2:
+            sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
+            cuts = split_points(sizes, config.segment_bytes)
+        codec = 1 if config.compression == "zstd" else 0
+        for lo, hi in cuts:
+            yield (
+                hi,
+                encode_batch(
+                    keys[lo:hi],
+                    values[lo:hi],
+                    timestamps[lo:hi],
+                    headers=headers[lo:hi] if headers is not None else None,
+                    codec=codec,
+                    level=config.compression_level,
+                ),
+            )
 
     # -- maintenance hooks used by retention, the cleaner and recovery ------------------
     @contextmanager
