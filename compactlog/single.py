@@ -91,8 +91,6 @@ def build_plain_append(
     prepare = hooks.prepare_append
     catch_up = hooks.catch_up
     checkpoint = hooks.checkpoint
-    add_index_entry = hooks.add_index_entry
-    undo = hooks.undo_partial_write
     refusal = hooks.refusal
     ring = hooks.ring_doorbell
     published = hooks.published
@@ -172,12 +170,12 @@ def build_plain_append(
                     if written != size:
                         write_rest(active.fd, data[written:], position + written)
                 except OSError as error:
-                    undo(active, position)
+                    active.undo_partial_write(position)
                     raise refusal(error) from error
             active.size = end
             writer.end_offset = offset + 1
             if position - active.last_index_pos >= index_interval:
-                add_index_entry(active, offset, position)
+                active.add_index_entry(offset, position)
             pack_end_size(published, END_SIZE_AT, offset + 1, end)
             pack_head_crc(published, CRC_AT, crc32c(published_fields))
             head_map[0:PUBLISHED_SIZE] = published

@@ -61,7 +61,6 @@ from .durability import GroupCommit, SyncJob, SyncJobs, SyncPoint, sync_files
 from .errors import LogClosedError, WriteRefusedError
 from .format import (
     BATCH_HEADER,
-    INDEX_ENTRY,
     INDEX_FILE_HEADER,
     SEGMENT_FILE_HEADER,
     EncodedBatch,
@@ -119,8 +118,6 @@ class FastPathHooks(NamedTuple):
     prepare_append: Callable[[], bool]  # not steady: checks, flock, catch up; took the flock?
     catch_up: Callable[[], None]  # another process wrote or died: reopen the active segment
     checkpoint: Callable[[int, int], ActiveSegment]  # past plain_stop/plain_deadline
-    add_index_entry: Callable[[ActiveSegment, int, int], None]
-    undo_partial_write: Callable[[ActiveSegment, int], None]
     refusal: Callable[[OSError], WriteRefusedError]
     ring_doorbell: Callable[[], None]
     published: bytearray  # the head as last published, packed in place (head.py)
@@ -285,7 +282,7 @@ class SegmentWriter:
             self.sync_all(record_point=True)
             with self.lock, self._flocked():
                 if self.active is not None:  # (None: recovery failed at open)
-                    self._cut_reserved(self.active)
+                    self.active.cut_reserved()
                     head = self._current_head()
                     if on_final_head is not None:
                         on_final_head(head)
@@ -297,9 +294,7 @@ class SegmentWriter:
                     self.precommit.close()
                 self._sync_jobs.retired.clear()
                 if self.active is not None:
-                    self._drop_window(self.active)
-                    os.close(self.active.fd)
-                    os.close(self.active.index_fd)
+                    self.active.close()
                     self.active = None
                 self.head_map.close()
                 os.close(self.lock_fd)  # releases the flock (kept by exclusive=True)
@@ -447,7 +442,9 @@ class SegmentWriter:
             self.rebuilt_indexes.append(tail.base)
         if self.active is not None:
             self._retire(self.active)
-        active = ActiveSegment(tail.base, tail.fd, tail.size, tail.index_fd, tail.index_size)
+        active = ActiveSegment(
+            self.fs, tail.base, tail.fd, tail.size, tail.index_fd, tail.index_size
+        )
         active.first_ts = tail.first_ts
         active.last_index_pos = tail.last_index_pos
         self.active = active
@@ -459,9 +456,7 @@ class SegmentWriter:
     def _retire(self, active: ActiveSegment, *, synced: bool = False) -> None:
         """Stop appending to a segment; the next sync fsyncs it unless it is ``synced``
         already (a roll syncs the segment it leaves, see :meth:`_roll`)."""
-        self._drop_window(active)
-        os.close(active.index_fd)
-        os.close(active.fd)
+        active.close()
         if not synced:
             self._sync_jobs.retired.append(active.base)
 
@@ -496,7 +491,7 @@ class SegmentWriter:
         assert self.active is not None
         base = self.end_offset
         old = self.active
-        self._cut_reserved(old)  # 0. (see the module docstring)
+        old.cut_reserved()  # 0. (see the module docstring)
         self._fdatasync(old.fd)
         # 1. publish the new head first (see the module docstring), keeping the flag that
         #    tells the next writer to materialize our precommit entries if we die
@@ -510,7 +505,7 @@ class SegmentWriter:
         )
         self.fs.write(index_fd, INDEX_FILE_HEADER)
         self._retire(old, synced=True)
-        self.active = ActiveSegment(base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
+        self.active = ActiveSegment(self.fs, base, fd, HEADER_SIZE, index_fd, HEADER_SIZE)
         self._sync_jobs.dir_dirty = True
         self._publish_head()
 
@@ -538,8 +533,6 @@ class SegmentWriter:
             self._prepare_append,
             self._catch_up,
             self._plain_checkpoint,
-            self._index_locked,
-            self._undo_partial_write,
             self._refusal,
             self._ring,
             self._published,
@@ -626,14 +619,14 @@ class SegmentWriter:
                 if not ((steady or self.plain_fs) and pwrite(active.fd, data, position) == size):
                     self.fs.pwritev(active.fd, [data], position)  # a short write, or a test's fs
             except OSError as error:
-                self._undo_partial_write(active, position)
+                active.undo_partial_write(position)
                 raise self._refusal(error) from error
             active.size = position + size
             self.end_offset = offset + 1
             if active.first_ts is None:
                 active.first_ts = timestamp
             if position - active.last_index_pos >= self._index_interval:  # 2.
-                self._index_locked(active, offset, position)
+                active.add_index_entry(offset, position)
             self.write_seq = seq = self.write_seq + 1
             if self._sync_always:
                 self._sync_locked()  # (durable before it is published: see _publish_head)
@@ -699,11 +692,11 @@ class SegmentWriter:
             active = self.active
             assert active is not None
         if active.first_ts is None:
-            active.first_ts = timestamp  # (_undo_partial_write clears it if the write fails)
+            active.first_ts = timestamp  # (undo_partial_write clears it if the write fails)
         position = active.plain_from = active.size
         window = active.window
         if window is not None and position + incoming > window.end:
-            self._drop_window(active)  # (a store past a window's end is not possible)
+            active.drop_window()  # (a store past a window's end is not possible)
             window = None
         if window is None and self.map_tail and self.steady:
             window = self._map_window(active, position + incoming)
@@ -791,7 +784,7 @@ class SegmentWriter:
         try:
             self.fs.pwritev(active.fd, parts, position)
         except OSError as error:
-            self._undo_partial_write(active, position)
+            active.undo_partial_write(position)
             raise self._refusal(error) from error
         active.size = position + size
         base_offset = self.end_offset
@@ -799,20 +792,8 @@ class SegmentWriter:
         if active.first_ts is None:
             active.first_ts = max_ts
         if position - active.last_index_pos >= self.config.index_interval_bytes:
-            self._index_locked(active, base_offset, position)
+            active.add_index_entry(base_offset, position)
         self._bytes_since_check += size
-
-    def _index_locked(self, active: ActiveSegment, base_offset: int, position: int) -> None:
-        try:
-            self.fs.pwrite(
-                active.index_fd,
-                INDEX_ENTRY.pack(base_offset - active.base, position),
-                active.index_size,
-            )
-            active.index_size += INDEX_ENTRY.size
-            active.last_index_pos = position
-        except OSError:
-            pass  # the index is a cache; it is rebuilt when it disagrees
 
     def _write_locked(self, batch: EncodedBatch) -> None:
         if self._should_roll(batch.size, batch.max_ts):
@@ -826,29 +807,15 @@ class SegmentWriter:
         try:
             self.fs.pwritev(active.fd, [header, batch.body], position)
         except OSError as error:
-            self._undo_partial_write(active, position)
+            active.undo_partial_write(position)
             raise self._refusal(error) from error
         active.size = position + batch.size
         self.end_offset = base_offset + batch.last_delta + 1
         if active.first_ts is None:
             active.first_ts = batch.max_ts
         if position - active.last_index_pos >= self.config.index_interval_bytes:
-            self._index_locked(active, base_offset, position)
+            active.add_index_entry(base_offset, position)
         self._bytes_since_check += batch.size
-
-    def _undo_partial_write(self, active: ActiveSegment, position: int) -> None:
-        if position <= HEADER_SIZE:  # the segment holds no record: it has no age yet
-            active.first_ts = None
-            active.plain_deadline = -1
-        # the truncation below takes any reserved room with it: a map of it must go first
-        # (a store past the end of a file is a SIGBUS), and the next checkpoint maps anew
-        self._drop_window(active)
-        active.plain_stop = 0
-        try:
-            self.fs.truncate(active.fd, position)
-            active.reserved = False
-        except OSError:
-            pass  # a torn tail is still cut by the next writer's validation
 
     # -- the mapped tail of an exclusive writer (tailmap.py) -----------------------------
     def _map_window(self, active: ActiveSegment, need_end: int) -> TailWindow | None:
@@ -856,32 +823,12 @@ class SegmentWriter:
         (caller holds both locks). Returns the window, or ``None`` where the file system
         refused: the plain path then writes with ``pwrite``, for good if the refusal is not
         one that may pass (a full disk, whose refusal comes from the ``pwrite`` itself)."""
-        self._drop_window(active)
-        active.reserved = True  # (a failed reservation may still have grown the file)
         try:
-            window = TailWindow(active.fd, active.size, need_end, self._segment_bytes)
+            return active.map_window(need_end, self._segment_bytes)
         except OSError as error:
             if error.errno not in RETRYABLE:
                 self.map_tail = False
             return None
-        active.window = window
-        return window
-
-    @staticmethod
-    def _drop_window(active: ActiveSegment) -> None:
-        window = active.window
-        if window is not None:
-            active.window = None
-            window.close()
-
-    def _cut_reserved(self, active: ActiveSegment) -> None:
-        """Cut the reserved room off the active segment (caller holds both locks): before a
-        roll publishes the next segment, so a closed segment holds data only, and before a
-        clean close, whose marker vouches that the file ends where the head says."""
-        self._drop_window(active)
-        if active.reserved:
-            self.fs.truncate(active.fd, active.size)
-            active.reserved = False
 
     def _refusal(self, error: OSError) -> WriteRefusedError:
         self._next_space_check = float("-inf")

@@ -182,7 +182,7 @@ def test_a_failed_write_drops_the_window_before_truncating(log_dir, monkeypatch)
         writer = log.writer
         active = writer.active
         assert active.window is not None
-        writer._drop_window(active)  # as after a refused reservation
+        active.drop_window()  # as after a refused reservation
         active.plain_stop = 0
 
         def failing_pwrite(fd: int, data: bytes, position: int) -> int:
