@@ -74,7 +74,6 @@ from .head import (
     BOOT_END,
     DOORBELL,
     FLAG_PRECOMMIT_PENDING,
-    HEAD,
     PUBLISHED_SIZE,
     WRITING_MARK,
     Head,
@@ -82,12 +81,12 @@ from .head import (
     lock_exclusive,
     map_lock_file,
     publish_end_into,
-    publish_into,
     read_head,
     unlock,
 )
 from .linger import LingerBuffer
 from .precommit import PrecommitBuffer
+from .publish import PublishedHead
 from .segment import (
     HEADER_SIZE,
     index_path,
@@ -120,7 +119,7 @@ class FastPathHooks(NamedTuple):
     checkpoint: Callable[[int, int], ActiveSegment]  # past plain_stop/plain_deadline
     refusal: Callable[[OSError], WriteRefusedError]
     ring_doorbell: Callable[[], None]
-    published: bytearray  # the head as last published, packed in place (head.py)
+    published: bytearray  # the head as last published, packed in place (publish.py)
     published_fields: memoryview  # its fields the head's CRC covers
 
 
@@ -149,10 +148,8 @@ class SegmentWriter:
         except BaseException:
             os.close(self.lock_fd)
             raise
-        # the bytes [0, 37) of .lock as this process last wrote them (packed in place by
-        # _publish_head; meaningless until self.active is set)
-        self._published = bytearray(PUBLISHED_SIZE)
-        self._published_fields = memoryview(self._published)[: HEAD.size - 4]
+        # the head as this process last published it (publish.py)
+        self._head = PublishedHead(fs, self.lock_fd, self.head_map)
         # the plain FileSystem: the append path calls os.pwrite itself (a subclass that
         # injects faults gets every call, as before)
         self.plain_fs = type(fs) is FileSystem
@@ -350,51 +347,28 @@ class SegmentWriter:
     def _publish_head(self, *, sync_first: bool = True) -> None:
         """Write the head and clear the writing mark (caller holds both locks).
 
-        A store into the mmap of ``.lock``, no system call: readers of any process see it at
-        once (the same page cache) and a ``kill -9`` cannot undo it. Under ``sync="always"``
-        what it publishes is made durable first (:meth:`_sync_locked`), unless
-        ``sync_first`` is false: a writer catching up with what another process's writer
-        published (which that writer synced first if its policy asked for it).
-
-        inotify does not see a store, so when a subscriber has rung for it (the doorbell,
-        ``head.py``) the head is also written with one ``pwrite``, which wakes every
-        subscriber sleeping on the file.
+        A store into the mmap of ``.lock`` (``publish.PublishedHead``). Under
+        ``sync="always"`` what it publishes is made durable first (:meth:`_sync_locked`),
+        unless ``sync_first`` is false: a writer catching up with what another process's
+        writer published (which that writer synced first if its policy asked for it).
         """
         active = self.active
         assert active is not None
         if self._sync_always and sync_first:
             self._sync_locked()
-        published = self._published
-        publish_into(
-            published,
-            self._published_fields,
+        self._head.publish(
             FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0,
             active.base,
             self.end_offset,
             active.size,
         )
-        head_map = self.head_map
-        head_map[0:PUBLISHED_SIZE] = published
-        if head_map[DOORBELL]:
-            self._ring()
-
-    def _ring(self) -> None:
-        """Answer the doorbell: clear it, then ``pwrite`` the head just stored (the same
-        bytes, so a reader racing it sees the head either way). A failure is ignored: the
-        record is written and published, and a subscriber that misses the ring finds it on
-        its safety re-check; failing the append would invite a duplicate by a retry."""
-        self.head_map[DOORBELL] = 0
-        try:
-            self.fs.pwrite(self.lock_fd, self._published, 0)
-        except OSError:
-            pass
 
     def _sync_head(self) -> None:
         """Make this process's view match the log (caller holds both locks).
 
         No system call when nothing changed: the head and the writing mark are read from the
         mmap and compared with what this process last published (see ``head.py``)."""
-        if self.head_map[:PUBLISHED_SIZE] == self._published and self.active is not None:
+        if self._head.is_current() and self.active is not None:
             return
         if self.active is None and self.awaiting_recovery:
             return
@@ -534,9 +508,9 @@ class SegmentWriter:
             self._catch_up,
             self._plain_checkpoint,
             self._refusal,
-            self._ring,
-            self._published,
-            self._published_fields,
+            self._head.ring,
+            self._head.bytes,
+            self._head.fields,
         )
 
     def append_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[int, int]:
@@ -632,11 +606,12 @@ class SegmentWriter:
                 self._sync_locked()  # (durable before it is published: see _publish_head)
             # 3. the head, packed in place and stored (_publish_head, inlined): only the end
             #    offset and the size moved (a roll or a refresh published the rest)
-            published = self._published
-            publish_end_into(published, self._published_fields, offset + 1, position + size)
+            head = self._head
+            published = head.bytes
+            publish_end_into(published, head.fields, offset + 1, position + size)
             head_map[0:PUBLISHED_SIZE] = published
             if head_map[DOORBELL]:
-                self._ring()
+                head.ring()
         except OSError as error:  # a roll, the head or a refresh failed to write
             raise self._refusal(error) from error
         finally:
@@ -659,7 +634,7 @@ class SegmentWriter:
         if not self.flock_held:  # (exclusive=True, or a buffer, keeps it held)
             flock(self.lock_fd, LOCK_EX)
             self.flock_held = locked_here = True
-            if self.head_map[:PUBLISHED_SIZE] != self._published or self.active is None:
+            if not self._head.is_current() or self.active is None:
                 try:
                     self._catch_up()  # another process wrote (or died)
                 except BaseException:  # (a missing segment, say: other writers go on)
