@@ -153,24 +153,21 @@ def recover_on_open(log: Log) -> list[str]:
         writer.reopen_active(head, recovering=True)
     else:
         _recover_tail(log, head, report)
-    if writer.torn_bytes_dropped:
-        report.append(f"truncated a torn tail of {writer.torn_bytes_dropped} bytes")
-    for path, position, length in writer.cut_tails:
-        report.append(f"{os.path.basename(path)}: cut {length} bytes at byte {position}")
-    for base in writer.rebuilt_indexes:
-        report.append(f"rebuilt index {filenames.index_name(base)}")
-    writer.torn_bytes_dropped = 0
-    writer.cut_tails.clear()
-    writer.rebuilt_indexes.clear()
     # 6. ``reopen_active`` materialized what the head flags as pending; do not rely on the
     #    flag alone (a repair resets the head): entries still in the buffer belong to a dead
     #    writer, and those already in the log are skipped
     writer.materialize_left_pending()
-    if writer.precommit_recovered:
+    found = writer.take_findings()
+    if found.torn_bytes:
+        report.append(f"truncated a torn tail of {found.torn_bytes} bytes")
+    for path, position, length in found.cuts:
+        report.append(f"{os.path.basename(path)}: cut {length} bytes at byte {position}")
+    for base in found.rebuilt_indexes:
+        report.append(f"rebuilt index {filenames.index_name(base)}")
+    if found.precommit_recovered:
         report.append(
-            f"materialized {writer.precommit_recovered} precommit entries left by a stopped writer"
+            f"materialized {found.precommit_recovered} precommit entries left by a stopped writer"
         )
-    writer.precommit_recovered = 0
     # 7.
     if not clean:
         _keep_offsets_unique(log, head, report)

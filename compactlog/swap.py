@@ -31,7 +31,8 @@ import os
 
 from . import filenames
 from .fsio import FileSystem
-from .segment import index_path, scan_segment, segment_path, write_index
+from .segment import index_path, segment_path
+from .tail import rebuild_index
 
 SWAP_INTENT = "cleaner.swap"
 
@@ -98,7 +99,7 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     if os.path.exists(log_rw):
         # 1.
-        _rebuild_index(fs, directory, first)
+        rebuild_index(fs, directory, first, 4096)
         # 2.
         fs.remove(intent_path)
         fs.fsync_dir(directory)
@@ -119,13 +120,3 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
         f"completed an interrupted clean of segment {filenames.segment_name(first)} "
         f"(removed {len(others)} replaced segments)"
     ]
-
-
-def _rebuild_index(fs: FileSystem, directory: str, base: int) -> None:
-    path = segment_path(directory, base)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    from .segment import HEADER_SIZE
-
-    result = scan_segment(path, data, HEADER_SIZE, index_interval=4096)
-    write_index(fs, directory, base, result.index_entries)

@@ -9,8 +9,9 @@ touches the writer.
 
 The index is a cache (docs/format.md): :func:`rebuild_index` is the one place that writes
 an index from a segment's batches (the newest segment's here, closed segments' in
-recovery's pass 4 and ``repair``), and :func:`batch_at` the one check of an index hint (a
-whole batch starts at the byte the entry names), used here and by subscribers.
+recovery's pass 4 and ``repair``, a rolled-back clean's in ``swap.py``), and
+:func:`batch_at` the one check of an index hint (a whole batch starts at the byte the entry
+names), used here and by subscribers.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ point into ``.lock`` (head.py): what recovery may cut after a power loss starts 
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import threading
 import time
@@ -96,8 +95,6 @@ from .tail import open_newest_tail
 from .tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
 from .tailmap import RETRYABLE, TailWindow
 
-logger = logging.getLogger(__name__)
-
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20
 IOV_MAX = 1024  # buffers per pwritev (Linux's limit)
@@ -121,6 +118,15 @@ class FastPathHooks(NamedTuple):
     ring_doorbell: Callable[[], None]
     published: bytearray  # the head as last published, packed in place (publish.py)
     published_fields: memoryview  # its fields the head's CRC covers
+
+
+class Findings(NamedTuple):
+    """What reopening the active segment found (``SegmentWriter.take_findings``)."""
+
+    torn_bytes: int  # cut off the newest segment, in all
+    cuts: list[tuple[str, int, int]]  # (file, byte, bytes) of each cut
+    rebuilt_indexes: list[int]  # bases
+    precommit_recovered: int  # entries a dead writer left, materialized
 
 
 class SegmentWriter:
@@ -1049,6 +1055,21 @@ class SegmentWriter:
             if self.precommit.count or self._holding_for_precommit:
                 with self._flocked():
                     self._materialize_locked()
+
+    def take_findings(self) -> Findings:
+        """What reopening found since the last call (for open-time recovery's report); the
+        counts start again from zero."""
+        found = Findings(
+            self.torn_bytes_dropped,
+            self.cut_tails,
+            self.rebuilt_indexes,
+            self.precommit_recovered,
+        )
+        self.torn_bytes_dropped = 0
+        self.cut_tails = []
+        self.rebuilt_indexes = []
+        self.precommit_recovered = 0
+        return found
 
     def materialize_left_pending(self) -> None:
         """Open-time recovery's pass 6 (caller holds both locks): entries still in the
