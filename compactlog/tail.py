@@ -209,7 +209,9 @@ def batch_at(fd: int, position: int) -> BatchHeader | None:
     ``None``: how an index hint is checked before a scan starts there (an index is a cache,
     and may belong to an older or newer version of the file)."""
     first = read_all(fd, position, BATCH_HEADER.size)
-    header, _ = read_batch_header(first, 0, len(first))
+    if len(first) < BATCH_HEADER.size:
+        return None
+    header, _ = read_batch_header(first, 0, 1 << 62)  # (the length: checked with the CRC)
     if header is not None:
         data = read_all(fd, position, header.length)
         header, _ = check_batch(data, 0, len(data))

@@ -1,0 +1,97 @@
+"""The newest segment's tail (``tail.py``) behind its narrow interface, and the writer's
+boundaries (issue 20): no other module reaches into ``SegmentWriter``'s private members."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+
+import compactlog
+from compactlog import filenames
+from compactlog.format import INDEX_ENTRY
+from compactlog.fsio import DEFAULT_FS
+from compactlog.head import read_head_file
+from compactlog.segment import HEADER_SIZE, index_path, read_index
+from compactlog.tail import batch_at, open_newest_tail, rebuild_index
+
+from .helpers import append_bytes, batch_positions
+
+PACKAGE = pathlib.Path(compactlog.__file__).parent
+
+
+def _tail(log_dir, head, **kwargs):
+    return open_newest_tail(
+        str(log_dir),
+        DEFAULT_FS,
+        head,
+        log_start=0,
+        index_interval=1,
+        sync_new_file=DEFAULT_FS.fdatasync,
+        **kwargs,
+    )
+
+
+def _close(tail) -> None:
+    os.close(tail.fd)
+    os.close(tail.index_fd)
+
+
+def test_the_tail_answers_where_the_data_ends_and_cuts_a_torn_batch(log_dir):
+    with compactlog.open(log_dir, index_interval_bytes=1) as log:
+        for i in range(3):
+            log.append(b"k%d" % i, b"v")
+    segment = log_dir / filenames.segment_name(0)
+    size = segment.stat().st_size
+    append_bytes(segment, b"\x99" * 30)  # a torn batch past what the head vouches for
+    head = read_head_file(str(log_dir / filenames.WRITER_LOCK))
+    tail = _tail(log_dir, head)
+    try:
+        assert (tail.base, tail.size, tail.next_offset) == (0, size, 3)
+        assert tail.cuts == [(str(segment), size, 30)]
+        assert not tail.rebuilt_index
+        assert tail.last_index_pos == batch_positions(segment)[-1][0]
+    finally:
+        _close(tail)
+    assert segment.stat().st_size == size
+
+
+def test_a_stale_index_hint_falls_back_to_the_segment_start(log_dir):
+    with compactlog.open(log_dir, index_interval_bytes=1) as log:
+        for i in range(3):
+            log.append(b"k%d" % i, b"v")
+    segment = log_dir / filenames.segment_name(0)
+    second = batch_positions(segment)[1][0]  # the batch holding offset 1
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+        assert batch_at(fd, HEADER_SIZE).base_offset == 0
+        assert batch_at(fd, second).base_offset == 1
+        assert batch_at(fd, second + 1) is None
+    finally:
+        os.close(fd)
+    rebuild_index(DEFAULT_FS, str(log_dir), 0, 1 << 20)
+    assert len(read_index(str(log_dir), 0)) == 1
+    with open(index_path(str(log_dir), 0), "ab") as handle:
+        handle.write(INDEX_ENTRY.pack(2, second))  # names offset 2 where offset 1 starts
+    tail = _tail(log_dir, None, trust_head=False)
+    try:
+        assert (tail.size, tail.next_offset, tail.cuts) == (segment.stat().st_size, 3, [])
+    finally:
+        _close(tail)
+
+
+def test_no_module_reaches_into_the_writers_private_members():
+    """``single.py`` binds ``SegmentWriter.fast_path_hooks()``; recovery calls public
+    methods. A ``writer._name`` (or ``log.writer._name``) outside writer.py is a leak."""
+    leaks = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "writer.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+                continue
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if name == "writer" and not node.attr.startswith("__"):
+                leaks.append(f"{path.relative_to(PACKAGE)}:{node.lineno} writer.{node.attr}")
+    assert leaks == []
