@@ -31,9 +31,9 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .batch_decode import Record, RecordBatch
 from .compaction.columns import filter_batch
 from .errors import InexactReadError, MissingSegmentError
-from .format import Record, RecordBatch
 from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments
 from .state_files import read_cleaner_state

@@ -22,6 +22,8 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any
 
 from . import filenames, recovery, retention
+from .batch_decode import Record, RecordBatch
+from .batch_encode import EncodedBatch, encode_batch
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
 from .errors import (
     CompactLogError,
@@ -34,7 +36,7 @@ from .errors import (
     ReadOnlyLogError,
     RecordTooLargeError,
 )
-from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
+from .format import CODECS, encode_headers
 from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
@@ -906,7 +908,7 @@ class CleanerLock:
 def _check_record(key: Any, value: Any, compacted: bool, path: str) -> None:
     """A single append's key and value, refused as the arguments they are (``key must be
     bytes``), with the log's path."""
-    from .format import validate_column
+    from .batch_encode import validate_column
 
     try:
         validate_column([key], "key", allow_none=not compacted, single=True)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from .batch_decode import Record, RecordBatch
 from .config import SERDE_FORMATS as FORMATS
 from .errors import ConfigError, DecodeError, InvalidRecordError
-from .format import Record, RecordBatch
 
 Serializer = Callable[[Any], bytes]
 Deserializer = Callable[[bytes], Any]

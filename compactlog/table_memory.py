@@ -19,8 +19,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from .batch_decode import RecordBatch
 from .errors import CompactLogError
-from .format import RecordBatch
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 _MISSING = object()

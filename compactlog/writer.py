@@ -55,17 +55,10 @@ from time import monotonic
 from typing import Any, NamedTuple
 
 from . import filenames
+from .batch_encode import EncodedBatch, encode_batch, encode_single
 from .config import LogConfig
 from .errors import LogClosedError, MissingSegmentError, WriteRefusedError
-from .format import (
-    BATCH_HEADER,
-    INDEX_ENTRY,
-    INDEX_FILE_HEADER,
-    SEGMENT_FILE_HEADER,
-    EncodedBatch,
-    encode_batch,
-    encode_single,
-)
+from .format import BATCH_HEADER, INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER
 from .fsio import FileSystem
 from .head import (
     BOOT,

@@ -129,7 +129,7 @@ class FailingFS(FileSystem):
 def assert_run_matches(batch, covered) -> None:
     """``batch``, a run decoded at once, holds exactly the records of the stored batches
     ``covered`` decoded one by one, column by column."""
-    from compactlog.format import RecordBatch
+    from compactlog.batch_decode import RecordBatch
 
     assert batch.offsets.tolist() == [o for b in covered for o in b.offsets.tolist()]
     assert batch.timestamps.tolist() == [t for b in covered for t in b.timestamps.tolist()]

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import compactlog
+from compactlog.batch_decode import decode_batch
+from compactlog.batch_encode import encode_batch
 from compactlog.compaction import cleaner, offset_map
 from compactlog.compaction.columns import (
     KeptColumns,
@@ -24,7 +26,7 @@ from compactlog.compaction.columns import (
     filter_batch,
 )
 from compactlog.compaction.offset_map import OffsetMap, key_digests, sort_order
-from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch, decode_batch, encode_batch
+from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch
 from compactlog.segment import list_segments
 
 from .compaction_helpers import Model, check_log

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compactlog.batch_decode import decode_batch
+from compactlog.batch_encode import encode_batch, encode_record_batch
 from compactlog.errors import InvalidRecordError
 from compactlog.format import (
     BATCH_HEADER,
@@ -18,9 +20,6 @@ from compactlog.format import (
     SEGMENT_MAGIC,
     check_batch,
     check_file_header,
-    decode_batch,
-    encode_batch,
-    encode_record_batch,
     find_next_valid_batch,
 )
 

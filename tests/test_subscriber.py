@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import SubscriberError, filenames
+from compactlog.batch_decode import RecordBatch
+from compactlog.batch_encode import encode_record_batch
 from compactlog.errors import LogClosedError
-from compactlog.format import SEGMENT_FILE_HEADER, RecordBatch, encode_record_batch
+from compactlog.format import SEGMENT_FILE_HEADER
 from compactlog.fsio import FileSystem
 from compactlog.segment import list_segments, segment_path, write_index
 from compactlog.state_files import list_checkpoints, write_checkpoint

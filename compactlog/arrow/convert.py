@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..batch_decode import RecordBatch, concat_columns
 from ..errors import CompactLogError
-from ..format import RecordBatch, concat_columns, decode_headers
+from ..format import decode_headers
 
 METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
 RAW_VALUE = "value"

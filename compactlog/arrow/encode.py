@@ -21,9 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..batch_encode import EncodedBatch, encode_columns, encode_header_column
 from ..config import LogConfig
 from ..errors import ConfigError, InvalidRecordError, RecordTooLargeError
-from ..format import CODECS, EncodedBatch, encode_columns, encode_header_column
+from ..format import CODECS
 from ..state_files import read_meta
 from ..writer import encode_within_segment
 

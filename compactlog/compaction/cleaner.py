@@ -67,9 +67,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import filenames, swap
+from ..batch_decode import RecordBatch
 from ..config import LogConfig
 from ..errors import CompactLogError, CorruptLogError
-from ..format import CODECS, RecordBatch
+from ..format import CODECS
 from ..fsio import FileSystem
 from ..segment import (
     HEADER_SIZE,

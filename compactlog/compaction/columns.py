@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batch_decode import RecordBatch
+from ..batch_encode import EncodedBatch
 from ..format import (
     BATCH_HEADER,
     CODEC_ZSTD,
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
     FLAG_SINGLE_TIMESTAMP,
-    EncodedBatch,
-    RecordBatch,
     _zstd_compress,
     crc32c,
 )

@@ -39,8 +39,9 @@ from ..arrow.encode import (
     log_encoding,
     normalize,
 )
+from ..batch_encode import EncodedBatch, read_staged_batches
 from ..errors import CompactLogError, ConfigError
-from ..format import STAGING_FILE_HEADER, EncodedBatch, read_staged_batches
+from ..format import STAGING_FILE_HEADER
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
 

@@ -1,0 +1,444 @@
+"""Batch encoding."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .batch_decode import RecordBatch
+from .format import (
+    BATCH_HEADER,
+    BATCH_MAGIC,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    CRC_START,
+    FILE_HEADER,
+    FLAG_CONTIGUOUS,
+    FLAG_HEADERS,
+    FLAG_SINGLE_TIMESTAMP,
+    MAX_BATCH_BYTES,
+    STAGING_MAGIC,
+    TWO_LENGTHS,
+    _check_batch_crc,
+    _zstd_compress,
+    check_file_header,
+    crc32c,
+    encode_headers,
+)
+
+
+def _lengths(items: Sequence[bytes | None], count: int) -> np.ndarray:
+    return np.fromiter(map(len, items), dtype=np.int32, count=count)
+
+
+def _lengths_with_none(items: Sequence[Any], count: int) -> np.ndarray:
+    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int32, count=count)
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """A batch body encoded (and compressed) without knowing its base offset yet.
+
+    Writers encode outside their lock and only call :meth:`header` under it, once the base
+    offset is known. The CRC is computed over the body first and continued over header
+    bytes [8, 48), so the body's share is computed here, outside any lock.
+    """
+
+    body: bytes | memoryview  # a view when read back from a staging file
+    body_crc: int
+    body_length: int
+    count: int
+    last_delta: int
+    first_ts: int
+    max_ts: int
+    flags: int
+    codec: int
+    largest_record: int = 0  # the largest key + value, for ``max_record_bytes``
+    null_keys: bool = False  # some record has no key (refused on a compacted log)
+
+    @property
+    def size(self) -> int:
+        return BATCH_HEADER.size + len(self.body)
+
+    def header(self, base_offset: int) -> bytes:
+        packed = BATCH_HEADER.pack(
+            self.size,
+            0,
+            BATCH_MAGIC,
+            self.codec,
+            self.flags,
+            base_offset,
+            self.count,
+            self.last_delta,
+            self.first_ts,
+            self.max_ts,
+            self.body_length,
+        )
+        crc = crc32c(memoryview(packed)[CRC_START:], self.body_crc)
+        return struct.pack("<II", self.size, crc) + packed[CRC_START:]
+
+    def to_bytes(self, base_offset: int) -> bytes:
+        return self.header(base_offset) + self.body
+
+
+def encode_batch(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: int | Sequence[int],
+    *,
+    headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    offset_deltas: np.ndarray | None = None,
+    last_delta: int | None = None,
+    codec: int = CODEC_NONE,
+    level: int = 3,
+    allow_none_keys: bool = True,
+) -> EncodedBatch:
+    """Encode one batch body. Keys and values must already be bytes-like or ``None``.
+
+    ``timestamps`` is one int shared by all records (the common case: no column stored) or
+    one per record. ``offset_deltas`` is given only when rewriting a batch that lost
+    records; fresh batches have contiguous offsets and store no delta column.
+    """
+    count = len(keys)
+    if count == 1 and isinstance(timestamps, int) and offset_deltas is None and last_delta is None:
+        return _encode_one(
+            keys[0],
+            values[0],
+            timestamps,
+            headers[0] if headers else None,
+            codec,
+            level,
+            allow_none_keys,
+        )
+    # keys and values are copied once, straight into the body (no separate blobs); a
+    # non-bytes item that has a len() (a str) fails that join and is reported below
+    key_parts: Sequence[Any] = keys
+    value_parts: Sequence[Any] = values
+    try:
+        key_lengths = _lengths(keys, count)
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        key_parts = [k for k in keys if k is not None]
+        key_lengths = _lengths_with_none(keys, count)
+    try:
+        value_lengths = _lengths(values, count)
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        validate_column(values, "value", allow_none=True)
+        value_parts = [v for v in values if v is not None]
+        value_lengths = _lengths_with_none(values, count)
+    header_lengths, header_parts = encode_header_column(headers)
+    try:
+        return encode_columns(
+            key_lengths,
+            key_parts,
+            value_lengths,
+            value_parts,
+            timestamps,
+            header_lengths=header_lengths,
+            header_parts=header_parts,
+            offset_deltas=offset_deltas,
+            last_delta=last_delta,
+            codec=codec,
+            level=level,
+        )
+    except TypeError:
+        validate_column(keys, "key", allow_none=allow_none_keys)
+        validate_column(values, "value", allow_none=True)
+        raise
+
+
+def encode_header_column(
+    headers: Sequence[Mapping[str, bytes] | None] | None,
+) -> tuple[np.ndarray | None, list[bytes]]:
+    """The headers column of a batch: per record its encoded block (``b""`` for ``None``
+    or an empty mapping) and their ``int32`` lengths, or ``(None, [])`` when no record
+    has headers (the batch then stores no headers column, flag bit 0 clear)."""
+    if headers is None or not any(headers):
+        return None, []
+    parts = [encode_headers(h) if h else b"" for h in headers]
+    return np.fromiter(map(len, parts), dtype=np.int32, count=len(parts)), parts
+
+
+def encode_columns(
+    key_lengths: np.ndarray,
+    key_parts: Sequence[Any],
+    value_lengths: np.ndarray,
+    value_parts: Sequence[Any],
+    timestamps: int | Sequence[int] | np.ndarray,
+    *,
+    header_lengths: np.ndarray | None = None,
+    header_parts: Sequence[Any] = (),
+    offset_deltas: np.ndarray | None = None,
+    last_delta: int | None = None,
+    codec: int = CODEC_NONE,
+    level: int = 3,
+) -> EncodedBatch:
+    """Encode one batch body from its columns: the body grammar's one implementation.
+
+    :func:`encode_batch` calls it with the lengths of Python ``bytes`` and the objects
+    themselves as parts; columnar producers (the Spark writer's tasks, from Arrow's offset
+    and data buffers) call it directly, so no per-record object is made. ``key_lengths`` and
+    ``value_lengths`` are ``int32`` (-1: no key, tombstone); the bytes-like ``*_parts``,
+    joined, are the blobs (so a producer passes its buffers as they are and the body is
+    their one copy). ``header_lengths`` (0: no headers) is given only when some record has
+    headers, ``header_parts`` then being the encoded header blocks (``encode_headers``).
+    The caller checks keys against the log's policy; ``null_keys`` of the result says
+    whether any key is absent.
+    """
+    count = len(key_lengths)
+    flags = 0
+    columns: list[bytes] = []
+    if isinstance(timestamps, int):
+        flags |= FLAG_SINGLE_TIMESTAMP
+        first_ts = max_ts = timestamps
+    else:
+        ts = np.asarray(timestamps, dtype=np.int64)
+        first_ts = int(ts[0]) if count else 0
+        max_ts = int(ts.max()) if count else 0
+        if count and (ts == first_ts).all():
+            flags |= FLAG_SINGLE_TIMESTAMP
+        else:
+            columns.append(ts.tobytes())
+    if offset_deltas is None:
+        flags |= FLAG_CONTIGUOUS
+        last = count - 1 if last_delta is None else last_delta
+    else:
+        deltas = np.asarray(offset_deltas, dtype=np.uint32)
+        last = int(deltas[-1]) if last_delta is None else last_delta
+        if count and deltas[0] == 0 and deltas[-1] == count - 1 and last == count - 1:
+            flags |= FLAG_CONTIGUOUS
+        else:
+            columns.append(deltas.tobytes())
+    largest = int((np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)).max()) if count else 0
+    null_keys = bool(count) and int(key_lengths.min()) < 0
+    columns.append(np.asarray(key_lengths, dtype=np.int32).tobytes())
+    columns.append(np.asarray(value_lengths, dtype=np.int32).tobytes())
+    if header_lengths is not None:
+        flags |= FLAG_HEADERS
+        columns.append(np.asarray(header_lengths, dtype=np.int32).tobytes())
+    body = b"".join([*columns, *key_parts, *value_parts, *header_parts])
+    body_length = len(body)
+    if codec == CODEC_ZSTD:
+        body = _zstd_compress(body, level)
+    if BATCH_HEADER.size + len(body) > MAX_BATCH_BYTES:
+        raise ValueError(f"batch of {len(body)} bytes exceeds the format limit")
+    return EncodedBatch(
+        body,
+        crc32c(body),
+        body_length,
+        count,
+        last,
+        first_ts,
+        max_ts,
+        flags,
+        codec,
+        largest,
+        null_keys,
+    )
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_THREE_LENGTHS = struct.Struct("<iii")
+
+
+def _encode_one(
+    key: Any,
+    value: Any,
+    timestamp: int,
+    headers: Mapping[str, bytes] | None,
+    codec: int,
+    level: int,
+    allow_none_keys: bool,
+) -> EncodedBatch:
+    """:func:`encode_batch` for a single record, byte for byte, without numpy: single
+    appends are dominated by fixed costs, and the columns of one record are two ints."""
+    if not (key is None or isinstance(key, _BYTES_LIKE)) or (key is None and not allow_none_keys):
+        validate_column([key], "key", allow_none=allow_none_keys)
+    if not (value is None or isinstance(value, _BYTES_LIKE)):
+        validate_column([value], "value", allow_none=True)
+    key_len = -1 if key is None else len(key)
+    value_len = -1 if value is None else len(value)
+    flags = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+    if headers:
+        flags |= FLAG_HEADERS
+        header_blob = encode_headers(headers)
+        lengths = _THREE_LENGTHS.pack(key_len, value_len, len(header_blob))
+    else:
+        header_blob = b""
+        lengths = TWO_LENGTHS.pack(key_len, value_len)
+    body = b"".join((lengths, key or b"", value or b"", header_blob))
+    body_length = len(body)
+    if codec == CODEC_ZSTD:
+        body = _zstd_compress(body, level)
+    largest = max(key_len, 0) + max(value_len, 0)
+    return EncodedBatch(
+        body,
+        crc32c(body),
+        body_length,
+        1,
+        0,
+        timestamp,
+        timestamp,
+        flags,
+        codec,
+        largest,
+        key is None,
+    )
+
+
+LENGTH_CRC = struct.Struct("<II")  # batch header bytes [0, 8)
+HEADER_TAIL = struct.Struct("<BBHqIIqqI")  # batch header bytes [8, 48), the CRC covers them
+SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+assert LENGTH_CRC.size + HEADER_TAIL.size == BATCH_HEADER.size
+
+
+def encode_single(
+    key: bytes | None, value: bytes | None, timestamp: int, headers: bytes, base_offset: int
+) -> bytes:
+    """One uncompressed record as a whole one-record batch, header included.
+
+    The single-append path: byte for byte what ``encode_batch([key], [value], timestamp,
+    ...).to_bytes(base_offset)`` gives, without numpy and without an intermediate object, so
+    that its only allocations are the record's bytes and the few small ``struct`` packs.
+    ``key`` and ``value`` must already be checked (bytes or ``None``); ``headers`` is the
+    encoded header block (``encode_headers``) or ``b""``.
+
+    The common record (a key, a value, no headers) takes the first branch, which runs once
+    per ``append`` (see docs/benchmarks.md): three packs, one CRC call over the body and
+    header bytes [8, 48) concatenated (what the CRC covers, in that order: copying a small
+    record once more costs less than a second call of ``crc32c``) and the record joined
+    (one ``join`` of three parts costs less than two concatenations).
+    """
+    if key is not None and value is not None and not headers:
+        key_length = len(key)
+        value_length = len(value)
+        lengths = key_length + value_length
+        body = TWO_LENGTHS.pack(key_length, value_length) + key + value
+        tail = HEADER_TAIL.pack(
+            BATCH_MAGIC,
+            CODEC_NONE,
+            SINGLE_FLAGS,
+            base_offset,
+            1,
+            0,
+            timestamp,
+            timestamp,
+            lengths + 8,
+        )
+        # (a large record is not copied once more for it: two calls instead)
+        crc = crc32c(body + tail) if lengths < 4096 else crc32c(tail, crc32c(body))
+        return b"".join((LENGTH_CRC.pack(lengths + 56, crc), tail, body))
+    key_length = -1 if key is None else len(key)
+    value_length = -1 if value is None else len(value)
+    if headers:
+        lengths_block = _THREE_LENGTHS.pack(key_length, value_length, len(headers))
+        flags = SINGLE_FLAGS | FLAG_HEADERS
+    else:
+        lengths_block = TWO_LENGTHS.pack(key_length, value_length)
+        flags = SINGLE_FLAGS
+    body = b"".join((lengths_block, key or b"", value or b"", headers))
+    length = len(body)
+    tail = HEADER_TAIL.pack(
+        BATCH_MAGIC, CODEC_NONE, flags, base_offset, 1, 0, timestamp, timestamp, length
+    )
+    return b"".join((LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
+
+
+def validate_column(
+    items: Sequence[Any], what: str, *, allow_none: bool, single: bool = False
+) -> None:
+    """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None):
+    by its index in a batch (``record 3: key ...``), or, for a ``single`` record, as the
+    argument it is (``key ...``)."""
+    from .errors import InvalidRecordError
+
+    for index, item in enumerate(items):
+        where = "" if single else f"record {index}: "
+        if item is None:
+            if not allow_none:
+                raise InvalidRecordError(
+                    f"{where}a {what} of None is not allowed on a compacted log "
+                    "(every record needs a key)"
+                )
+        elif not isinstance(item, _BYTES_LIKE):
+            raise InvalidRecordError(
+                f"{where}{what} must be bytes{' or None' if allow_none else ''}, "
+                f"not {type(item).__name__}"
+            )
+
+
+def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[EncodedBatch]:
+    """The batches of a staging file (``buf``: its whole content), each checked as a
+    segment's batch is (:func:`check_batch`, CRC included), as :class:`EncodedBatch`
+    objects ready to append at any base offset (their bodies are views of ``buf``).
+
+    ``extras`` is what the file's producer reported for each batch besides its bytes,
+    ``(largest_record, null_keys)``: the staging file must hold exactly that many batches,
+    each at base offset 0, back to back to its end. Raises ``ValueError`` naming the byte
+    position of the first problem.
+    """
+    reason = check_file_header(bytes(buf[: FILE_HEADER.size]), STAGING_MAGIC)
+    if reason is not None:
+        raise ValueError(f"at byte 0: {reason}")
+    end = len(buf)
+    pos = FILE_HEADER.size
+    batches: list[EncodedBatch] = []
+    view = memoryview(buf)
+    try:
+        for largest, null_keys in extras:
+            header, body_crc, reason = _check_batch_crc(buf, pos, end)
+            if header is None:
+                raise ValueError(f"at byte {pos}: {reason}")
+            if header.base_offset != 0:
+                raise ValueError(f"at byte {pos}: staged batch at base offset {header.base_offset}")
+            body = view[pos + BATCH_HEADER.size : pos + header.length]
+            batches.append(
+                EncodedBatch(
+                    body,
+                    body_crc,
+                    header.body_length,
+                    header.count,
+                    header.last_delta,
+                    header.first_ts,
+                    header.max_ts,
+                    header.flags,
+                    header.codec,
+                    largest,
+                    null_keys,
+                )
+            )
+            pos += header.length
+        if pos != end:
+            raise ValueError(f"at byte {pos}: {end - pos} bytes after the last staged batch")
+    except ValueError:
+        for staged in batches:  # a view alive would keep a mapped ``buf`` from closing
+            body = staged.body
+            if isinstance(body, memoryview):
+                body.release()
+        raise
+    finally:
+        view.release()
+    return batches
+
+
+def encode_record_batch(
+    batch: RecordBatch, base_offset: int, last_delta: int, codec: int, level: int
+) -> bytes:
+    """Re-encode a (filtered) columnar batch, keeping offsets, timestamps and headers."""
+    deltas = (batch.offsets - base_offset).astype(np.uint32)
+    heads = batch.headers() if batch.header_lengths is not None else None
+    return encode_batch(
+        batch.keys(),
+        batch.values(),
+        batch.timestamps.tolist(),
+        headers=heads,
+        offset_deltas=deltas,
+        last_delta=last_delta,
+        codec=codec,
+        level=level,
+    ).to_bytes(base_offset)
