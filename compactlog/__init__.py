@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
-    "Record": ("format", "Record"),
-    "RecordBatch": ("format", "RecordBatch"),
+    "Record": ("batch_decode", "Record"),
+    "RecordBatch": ("batch_decode", "RecordBatch"),
     "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
     "SettingIgnoredWarning": ("log", "SettingIgnoredWarning"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -442,3 +442,36 @@ def encode_record_batch(
         codec=codec,
         level=level,
     ).to_bytes(base_offset)
+
+
+def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, int]]:
+    """Cut a run of records into batches of at most about ``segment_bytes // 2`` raw bytes,
+    so that a large ``append_batch`` still lets segments roll near ``segment_bytes``."""
+    limit = max(segment_bytes // 2, 1)
+    cuts: list[tuple[int, int]] = []
+    start = 0
+    total = 0
+    for i, size in enumerate(sizes):
+        if total and total + size > limit:
+            cuts.append((start, i))
+            start, total = i, 0
+        total += size
+    cuts.append((start, len(sizes)))
+    return cuts
+
+
+def encode_within_segment(
+    encode: Callable[[int, int], EncodedBatch],
+    count: int,
+    sizes: Callable[[], Sequence[int]],
+    segment_bytes: int,
+) -> list[EncodedBatch]:
+    """Records ``[0, count)`` as one batch (``encode(lo, hi)`` encodes records
+    ``[lo, hi)``) or, when that batch is more than half a segment, as the batches
+    :func:`split_points` cuts by the records' raw ``sizes()``: so a large append still lets
+    segments roll near ``segment_bytes``. The one rule for :meth:`Log.append_batch` and
+    batches encoded elsewhere (the Spark writer's tasks)."""
+    batch = encode(0, count)
+    if batch.size <= segment_bytes // 2 or batch.count <= 1:
+        return [batch]
+    return [encode(lo, hi) for lo, hi in split_points(sizes(), segment_bytes)]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .batch_decode import RecordBatch
-from .compaction.offset_map import OffsetMap, key_digests
+from .offset_map import OffsetMap, key_digests
 from .reader import iter_batches
 
 UNLIMITED = 1 << 62

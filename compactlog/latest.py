@@ -31,8 +31,7 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .batch_decode import Record, RecordBatch
-from .compaction.columns import filter_batch
+from .batch_decode import Record, RecordBatch, filter_batch
 from .errors import InexactReadError, MissingSegmentError
 from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import filenames, recovery, retention
 from .batch_decode import Record, RecordBatch
-from .batch_encode import EncodedBatch, encode_batch
+from .batch_encode import EncodedBatch, encode_batch, encode_within_segment
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
 from .errors import (
     CompactLogError,
@@ -52,7 +52,7 @@ from .segment import list_segments, segment_data_size
 from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
-from .writer import SegmentWriter, encode_within_segment
+from .writer import SegmentWriter
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
     from .compaction.stats import CleanerStats

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import compactlog
-from compactlog.batch_decode import decode_batch
+from compactlog.batch_decode import decode_batch, filter_batch
 from compactlog.compaction import compact_log
-from compactlog.compaction.columns import encode_filtered, filter_batch
-from compactlog.compaction.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
+from compactlog.compaction.columns import encode_filtered
 from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch
 from compactlog.latest import latest_batches, latest_dict
+from compactlog.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock

@@ -72,6 +72,7 @@ from ..config import LogConfig
 from ..errors import CompactLogError, CorruptLogError
 from ..format import CODECS
 from ..fsio import FileSystem
+from ..offset_map import OffsetMap, key_digests
 from ..segment import (
     HEADER_SIZE,
     SegmentReader,
@@ -85,7 +86,6 @@ from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
 from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
-from .offset_map import OffsetMap, key_digests
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 

@@ -29,42 +29,6 @@ from ..format import (
 _EMPTY = np.empty(0, dtype=np.uint8)
 
 
-def _cut_blob(blob: bytes | memoryview | None, lengths: np.ndarray, mask: np.ndarray) -> bytes:
-    if blob is None or len(blob) == 0:
-        return b""
-    present = lengths > 0
-    width = int(lengths.max())
-    if width <= 0:
-        return b""
-    if bool((lengths[present] == width).all()):
-        # every non-empty item has the same length (fixed-size keys, values or tombstones):
-        # cut whole rows, no byte mask
-        rows = np.frombuffer(blob, dtype=f"V{width}")
-        return rows[mask[present]].tobytes()
-    kept = np.repeat(mask, np.maximum(lengths, 0))
-    return np.frombuffer(blob, dtype=np.uint8)[kept].tobytes()
-
-
-def filter_batch(batch: RecordBatch, mask: np.ndarray) -> RecordBatch:
-    """The records of ``batch`` where ``mask`` is true (header fields kept but ``count``)."""
-    header_lengths = headers_blob = None
-    if batch.header_lengths is not None:
-        header_lengths = batch.header_lengths[mask]
-        headers_blob = _cut_blob(batch.headers_blob, batch.header_lengths, mask)
-    return RecordBatch(
-        header=batch.header._replace(count=int(mask.sum())),
-        position=batch.position,
-        offsets=batch.offsets[mask],
-        timestamps=batch.timestamps[mask],
-        key_lengths=batch.key_lengths[mask],
-        value_lengths=batch.value_lengths[mask],
-        keys_blob=_cut_blob(batch.keys_blob, batch.key_lengths, mask),
-        values_blob=_cut_blob(batch.values_blob, batch.value_lengths, mask),
-        header_lengths=header_lengths,
-        headers_blob=headers_blob,
-    )
-
-
 def encode_filtered(batch: RecordBatch, codec: int, level: int) -> bytes:
     """Encode a (filtered, non-empty) batch keeping its base offset, last offset delta,
     offsets, timestamps and headers. The body is compressed with ``codec``."""
