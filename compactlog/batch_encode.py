@@ -20,6 +20,8 @@ from .format import (
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
     FLAG_SINGLE_TIMESTAMP,
+    HEADER_TAIL,
+    LENGTH_CRC,
     MAX_BATCH_BYTES,
     STAGING_MAGIC,
     TWO_LENGTHS,
@@ -291,10 +293,7 @@ def _encode_one(
     )
 
 
-LENGTH_CRC = struct.Struct("<II")  # batch header bytes [0, 8)
-HEADER_TAIL = struct.Struct("<BBHqIIqqI")  # batch header bytes [8, 48), the CRC covers them
 SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
-assert LENGTH_CRC.size + HEADER_TAIL.size == BATCH_HEADER.size
 
 
 def encode_single(

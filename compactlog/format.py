@@ -45,6 +45,12 @@ Staging file (the Spark writer's tasks stage batches for the driver to append; n
 of a log)::
 
     file_header (magic "CLOGSTG\0") batch*    each batch as above, at base_offset 0
+
+What lives where: this module is the grammar (magics, file headers, structs, codecs,
+flags, the batch header's one layout and its checks). Turning records into batches is
+``batch_encode.py``, batches into columns and records ``batch_decode.py``; readers take
+runs of small batches at once through ``small_runs.py``, whose CRCs ``row_crcs.py``
+computes for many batches together.
 """
 
 from __future__ import annotations
@@ -67,13 +73,11 @@ PRECOMMIT_MAGIC = b"CLOGPRE\0"
 STAGING_MAGIC = b"CLOGSTG\0"
 
 FILE_HEADER = struct.Struct("<8sHHI")
-BATCH_HEADER = struct.Struct("<IIBBHqIIqqI")
 INDEX_ENTRY = struct.Struct("<II")
 PRECOMMIT_ENTRY = struct.Struct("<IIqqiii")
 PRECOMMIT_LENGTH_CRC = struct.Struct("<II")  # the entry's first two fields ...
 PRECOMMIT_FIELDS = struct.Struct("<qqiii")  # ... and the rest, which the CRC covers
 assert FILE_HEADER.size == 16
-assert BATCH_HEADER.size == 48
 assert INDEX_ENTRY.size == 8
 assert PRECOMMIT_ENTRY.size == 36 == PRECOMMIT_LENGTH_CRC.size + PRECOMMIT_FIELDS.size
 
@@ -86,7 +90,6 @@ FLAG_CONTIGUOUS = 2
 FLAG_SINGLE_TIMESTAMP = 4
 KNOWN_FLAGS = FLAG_HEADERS | FLAG_CONTIGUOUS | FLAG_SINGLE_TIMESTAMP
 
-CRC_START = 8  # the CRC covers everything after the length and crc fields
 MAX_BATCH_BYTES = (1 << 32) - 1
 TWO_LENGTHS = struct.Struct("<ii")  # a one-record body's key and value lengths
 
@@ -176,7 +179,77 @@ def _zstd_decompress(data: bytes | memoryview, size: int) -> bytes:
 # -- batch headers ---------------------------------------------------------------------
 
 
+BATCH_HEADER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("length", "I"),
+    ("crc", "I"),
+    ("magic", "B"),
+    ("codec", "B"),
+    ("flags", "H"),
+    ("base_offset", "q"),
+    ("count", "I"),
+    ("last_delta", "I"),
+    ("first_ts", "q"),
+    ("max_ts", "q"),
+    ("body_length", "I"),
+)
+"""The batch header's one definition: its fields in file order, as ``struct`` codes. The
+struct, the field offsets, :class:`BatchHeader`, the numpy dtype and the partial views
+that hot loops read are all built from it."""
+
+BATCH_HEADER = struct.Struct("<" + "".join(code for _, code in BATCH_HEADER_FIELDS))
+
+
+def _field_offsets() -> dict[str, int]:
+    offsets, at = {}, 0
+    for name, code in BATCH_HEADER_FIELDS:
+        offsets[name] = at
+        at += struct.calcsize("<" + code)
+    return offsets
+
+
+BATCH_FIELD_AT = _field_offsets()
+"""The byte offset of every batch header field, by name."""
+LENGTH_AT = BATCH_FIELD_AT["length"]
+MAGIC_AT = BATCH_FIELD_AT["magic"]
+CODEC_AT = BATCH_FIELD_AT["codec"]
+FLAGS_AT = BATCH_FIELD_AT["flags"]
+COUNT_AT = BATCH_FIELD_AT["count"]
+LAST_DELTA_AT = BATCH_FIELD_AT["last_delta"]
+BODY_LENGTH_AT = BATCH_FIELD_AT["body_length"]
+CRC_START = MAGIC_AT  # the CRC covers everything after the length and crc fields
+assert BATCH_HEADER.size == 48
+assert (CRC_START, COUNT_AT, LAST_DELTA_AT, BODY_LENGTH_AT) == (8, 20, 24, 44)
+
+
+def header_fields(*names: str) -> struct.Struct:
+    """A partial view of the batch header: the fields ``names`` (in file order), read from
+    the first one's offset, the bytes between them skipped. Hot loops unpack only the
+    fields they need with it (``unpack_from(buf, pos + BATCH_FIELD_AT[names[0]])``)."""
+    codes = dict(BATCH_HEADER_FIELDS)
+    layout = "<"
+    at = BATCH_FIELD_AT[names[0]]
+    for name in names:
+        gap = BATCH_FIELD_AT[name] - at
+        assert gap >= 0, "fields in file order"
+        layout += f"{gap}x" * bool(gap) + codes[name]
+        at = BATCH_FIELD_AT[name] + struct.calcsize("<" + codes[name])
+    return struct.Struct(layout)
+
+
+LENGTH_CRC = header_fields("length", "crc")  # batch header bytes [0, 8)
+# batch header bytes [8, 48), the part the CRC covers
+HEADER_TAIL = header_fields(*(name for name, at in BATCH_FIELD_AT.items() if at >= CRC_START))
+assert LENGTH_CRC.size + HEADER_TAIL.size == BATCH_HEADER.size
+BATCH_HEADER_DTYPE = np.dtype(
+    [(name, np.dtype(code).newbyteorder("<")) for name, code in BATCH_HEADER_FIELDS]
+)
+"""The batch header as a numpy structured item (a run's headers read as one array)."""
+assert BATCH_HEADER_DTYPE.itemsize == BATCH_HEADER.size
+
+
 class BatchHeader(NamedTuple):
+    """A parsed batch header (fields: :data:`BATCH_HEADER_FIELDS`)."""
+
     length: int
     crc: int
     magic: int
@@ -196,6 +269,9 @@ class BatchHeader(NamedTuple):
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.last_delta + 1
+
+
+assert BatchHeader._fields == tuple(name for name, _ in BATCH_HEADER_FIELDS)
 
 
 def read_batch_header(
@@ -248,28 +324,10 @@ def find_next_valid_batch(buf: bytes | memoryview, start: int, end: int) -> int 
     Used to tell a torn tail (nothing valid follows) from corruption (valid data follows).
     """
     data = np.frombuffer(buf, dtype=np.uint8, count=end, offset=0)
-    candidates = np.flatnonzero(data[start + 9 : end] == BATCH_MAGIC)
+    candidates = np.flatnonzero(data[start + 1 + MAGIC_AT : end] == BATCH_MAGIC)
     for index in candidates:
         pos = start + 1 + int(index)
         header, _ = check_batch(buf, pos, end)
         if header is not None and header.count > 0:
             return pos
     return None
-
-
-_HEADER_DTYPE = np.dtype(
-    [
-        ("length", "<u4"),
-        ("crc", "<u4"),
-        ("magic", "u1"),
-        ("codec", "u1"),
-        ("flags", "<u2"),
-        ("base_offset", "<i8"),
-        ("count", "<u4"),
-        ("last_delta", "<u4"),
-        ("first_ts", "<i8"),
-        ("max_ts", "<i8"),
-        ("body_length", "<u4"),
-    ]
-)
-assert _HEADER_DTYPE.itemsize == BATCH_HEADER.size

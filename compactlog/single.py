@@ -40,8 +40,16 @@ from os import pwrite
 from time import time_ns
 from typing import TYPE_CHECKING
 
-from .batch_encode import HEADER_TAIL, LENGTH_CRC, SINGLE_FLAGS
-from .format import BATCH_HEADER, BATCH_MAGIC, CODEC_NONE, TWO_LENGTHS, crc32c
+from .batch_encode import SINGLE_FLAGS
+from .format import (
+    BATCH_HEADER,
+    BATCH_MAGIC,
+    CODEC_NONE,
+    HEADER_TAIL,
+    LENGTH_CRC,
+    TWO_LENGTHS,
+    crc32c,
+)
 from .head import (
     CRC_AT,
     DOORBELL,

@@ -13,19 +13,23 @@ import numpy as np
 from .batch_decode import RecordBatch, concat_batches, decode_batch
 from .byte_items import _cells, _items_at, _layout
 from .format import (
-    _HEADER_DTYPE,
     BATCH_HEADER,
+    BATCH_HEADER_DTYPE,
     BATCH_MAGIC,
+    BODY_LENGTH_AT,
     CODEC_NONE,
     CODEC_ZSTD,
+    COUNT_AT,
     CRC_START,
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
     FLAG_SINGLE_TIMESTAMP,
     KNOWN_FLAGS,
+    LAST_DELTA_AT,
     TWO_LENGTHS,
     BatchHeader,
     crc32c,
+    header_fields,
 )
 from .row_crcs import _continue_crc, rows_crcs
 
@@ -52,7 +56,7 @@ class SmallRun:
     """Consecutive whole, valid small batches found by :func:`scan_small_run`."""
 
     positions: np.ndarray  # int64 byte positions in the buffer scanned
-    headers: np.ndarray  # their headers (structured, ``_HEADER_DTYPE``)
+    headers: np.ndarray  # their headers (structured, ``BATCH_HEADER_DTYPE``)
     end: int  # position just after the last batch
     length: int = 0  # the one length of every batch, 0 when they differ
     simple: bool = False  # known: every batch is one uncompressed record, flags alike
@@ -111,7 +115,7 @@ def scan_small_run(
         # length, the headers one strided column of them (a view: nothing is copied)
         first = int(positions[0])
         rows = raw[first:pos].reshape(n, length)
-        heads = rows[:, :header_size].view(_HEADER_DTYPE)[:, 0]
+        heads = rows[:, :header_size].view(BATCH_HEADER_DTYPE)[:, 0]
         crcs = rows_crcs(rows)
         alike = _check_alike(rows, heads, crcs, max_records)
         if alike is not None:
@@ -122,7 +126,7 @@ def scan_small_run(
         # as a bytes object by one struct unpack (no slice object per batch), each body's
         # CRC one crc32c call, continued over its header for all batches at once
         block = _items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
-        heads = block.view(_HEADER_DTYPE).ravel()
+        heads = block.view(BATCH_HEADER_DTYPE).ravel()
         body_lengths = np.diff(positions, append=pos) - header_size
         layout = _layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
         bodies = layout.unpack_from(buf, int(positions[0]))
@@ -153,7 +157,7 @@ def _check_alike(
     (gathered once into a contiguous array, for the offsets check and the decoder);
     ``None`` when the fields differ between batches (the general checks then run)."""
     words = rows[:, CRC_START : CRC_START + 4].view("<u4")[:, 0]
-    counts = rows[:, 20:28].view("<u8")[:, 0]  # count, then last_delta
+    counts = rows[:, COUNT_AT : COUNT_AT + 8].view("<u8")[:, 0]  # count, then last_delta
     word, both = int(words[0]), int(counts[0])
     count, last_delta = both & 0xFFFFFFFF, both >> 32
     if word & _WORD_MASK != BATCH_MAGIC or count > last_delta + 1:
@@ -184,7 +188,7 @@ def _cut(run: SmallRun, bad: np.ndarray) -> SmallRun | None:
     return run
 
 
-_LENGTH_COUNT = struct.Struct("<I16xI")
+_LENGTH_COUNT = header_fields("length", "count")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
 
 
@@ -250,7 +254,7 @@ def _walk(
                 continue  # no room for another batch of this length: walk on
             # the length and count fields of each would-be batch, as strided views
             lengths = np.ndarray((rows,), "<u4", raw, pos, (length,))
-            counts = np.ndarray((rows,), "<u4", raw, pos + 20, (length,))
+            counts = np.ndarray((rows,), "<u4", raw, pos + COUNT_AT, (length,))
             matching = (lengths == length) & (counts <= small)
             leap = rows if bool(matching.all()) else int(np.argmin(matching))
             if leap < leap_after:
@@ -272,7 +276,7 @@ def _walk(
         if parts:
             positions = np.concatenate([*parts, positions])
         raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
-        counts = np.ndarray((pos - 23,), "<u4", raw, 20, (1,))[positions]
+        counts = np.ndarray((pos - COUNT_AT - 3,), "<u4", raw, COUNT_AT, (1,))[positions]
         over = np.flatnonzero(counts > small)
         if over.size:
             pos = int(positions[over[0]])
@@ -285,7 +289,7 @@ def _walk(
     return positions, pos, previous if uniform and previous > 0 else 0
 
 
-_LENGTH = struct.Struct("<I")
+_LENGTH = header_fields("length")
 
 
 def _step(buf: Any, pos: int, stop: int, turns: int, found: list[int]) -> int:
@@ -349,19 +353,19 @@ def _chase(
     # in the last 3 bytes reads the u4 before it instead, and such a batch fails the
     # checks below whatever it reads (no room for a header before ``stop``)
     limit = len(raw) - 4
-    pattern = buf[pos + 20 : pos + 28]  # count and last delta
+    pattern = buf[pos + COUNT_AT : pos + LAST_DELTA_AT + 4]  # count and last delta
     find = buf.find
     starts = [pos]
     for at in range(pos + _CHASE_SPACING, stop - header_size, _CHASE_SPACING):
-        hit = find(pattern, at + 20, stop)
+        hit = find(pattern, at + COUNT_AT, stop)
         if hit < 0:
             break
-        starts.append(hit - 20)
+        starts.append(hit - COUNT_AT)
     points = np.unique(np.array(starts, dtype=np.int64))
     # (a start whose length is not its body length + header is no simple batch: dropped)
     later = points[1:]
     later = later[later <= stop - header_size]
-    looks = (fields[later] == fields[later + 44].astype(np.int64) + header_size) & (
+    looks = (fields[later] == fields[later + BODY_LENGTH_AT].astype(np.int64) + header_size) & (
         later + fields[later] <= stop
     )
     points = np.concatenate([points[:1], later[looks]])
