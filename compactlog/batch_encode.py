@@ -15,7 +15,6 @@ from .format import (
     BATCH_MAGIC,
     CODEC_NONE,
     CODEC_ZSTD,
-    CRC_START,
     FILE_HEADER,
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
@@ -67,9 +66,7 @@ class EncodedBatch:
         return BATCH_HEADER.size + len(self.body)
 
     def header(self, base_offset: int) -> bytes:
-        packed = BATCH_HEADER.pack(
-            self.size,
-            0,
+        tail = HEADER_TAIL.pack(
             BATCH_MAGIC,
             self.codec,
             self.flags,
@@ -80,8 +77,7 @@ class EncodedBatch:
             self.max_ts,
             self.body_length,
         )
-        crc = crc32c(memoryview(packed)[CRC_START:], self.body_crc)
-        return struct.pack("<II", self.size, crc) + packed[CRC_START:]
+        return LENGTH_CRC.pack(self.size, crc32c(tail, self.body_crc)) + tail
 
     def to_bytes(self, base_offset: int) -> bytes:
         return self.header(base_offset) + self.body
@@ -263,21 +259,11 @@ def _encode_one(
         validate_column([key], "key", allow_none=allow_none_keys)
     if not (value is None or isinstance(value, _BYTES_LIKE)):
         validate_column([value], "value", allow_none=True)
-    key_len = -1 if key is None else len(key)
-    value_len = -1 if value is None else len(value)
-    flags = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
-    if headers:
-        flags |= FLAG_HEADERS
-        header_blob = encode_headers(headers)
-        lengths = _THREE_LENGTHS.pack(key_len, value_len, len(header_blob))
-    else:
-        header_blob = b""
-        lengths = TWO_LENGTHS.pack(key_len, value_len)
-    body = b"".join((lengths, key or b"", value or b"", header_blob))
+    body, flags = _one_body(key, value, encode_headers(headers) if headers else b"")
     body_length = len(body)
     if codec == CODEC_ZSTD:
         body = _zstd_compress(body, level)
-    largest = max(key_len, 0) + max(value_len, 0)
+    largest = (0 if key is None else len(key)) + (0 if value is None else len(value))
     return EncodedBatch(
         body,
         crc32c(body),
@@ -294,6 +280,32 @@ def _encode_one(
 
 
 SINGLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
+PLAIN_MAX_BYTES = 4095
+"""Key + value bytes of a *plain* record (below, :func:`encode_plain`): up to this the body
+and header tail are copied into one string for a single ``crc32c`` call; past it a record
+is rare, and a second ``crc32c`` call costs less than copying it once more."""
+
+_pack_lengths = TWO_LENGTHS.pack
+_pack_tail = HEADER_TAIL.pack
+_pack_length_crc = LENGTH_CRC.pack
+
+
+def encode_plain(key: bytes, value: bytes, timestamp: int, base_offset: int) -> bytes:
+    """A plain record (a bytes key and value of at most :data:`PLAIN_MAX_BYTES` together,
+    no headers) as a whole uncompressed one-record batch: the bytes :func:`encode_single`
+    gives for it.
+
+    The encoder of the single-append fast path (``single.py``), which calls it once per
+    ``append``: three packs (bound at import), one CRC call over the body and header bytes
+    [8, 48) concatenated (what the CRC covers, in that order: copying a small record once
+    more costs less than a second call of ``crc32c``), two concatenations.
+    """
+    body = _pack_lengths(len(key), len(value)) + key + value
+    length = len(body)
+    tail = _pack_tail(
+        BATCH_MAGIC, CODEC_NONE, SINGLE_FLAGS, base_offset, 1, 0, timestamp, timestamp, length
+    )
+    return _pack_length_crc(length + 48, crc32c(body + tail)) + tail + body
 
 
 def encode_single(
@@ -301,51 +313,40 @@ def encode_single(
 ) -> bytes:
     """One uncompressed record as a whole one-record batch, header included.
 
-    The single-append path: byte for byte what ``encode_batch([key], [value], timestamp,
-    ...).to_bytes(base_offset)`` gives, without numpy and without an intermediate object, so
-    that its only allocations are the record's bytes and the few small ``struct`` packs.
-    ``key`` and ``value`` must already be checked (bytes or ``None``); ``headers`` is the
-    encoded header block (``encode_headers``) or ``b""``.
-
-    The common record (a key, a value, no headers) takes the first branch, which runs once
-    per ``append`` (see docs/benchmarks.md): three packs, one CRC call over the body and
-    header bytes [8, 48) concatenated (what the CRC covers, in that order: copying a small
-    record once more costs less than a second call of ``crc32c``) and the record joined
-    (one ``join`` of three parts costs less than two concatenations).
+    Byte for byte what ``encode_batch([key], [value], timestamp, ...).to_bytes(base_offset)``
+    gives, without numpy and without an intermediate object, so that its only allocations
+    are the record's bytes and the few small ``struct`` packs. ``key`` and ``value`` must
+    already be checked (bytes or ``None``); ``headers`` is the encoded header block
+    (``encode_headers``) or ``b""``. A plain record is :func:`encode_plain`'s.
     """
-    if key is not None and value is not None and not headers:
-        key_length = len(key)
-        value_length = len(value)
-        lengths = key_length + value_length
-        body = TWO_LENGTHS.pack(key_length, value_length) + key + value
-        tail = HEADER_TAIL.pack(
-            BATCH_MAGIC,
-            CODEC_NONE,
-            SINGLE_FLAGS,
-            base_offset,
-            1,
-            0,
-            timestamp,
-            timestamp,
-            lengths + 8,
-        )
-        # (a large record is not copied once more for it: two calls instead)
-        crc = crc32c(body + tail) if lengths < 4096 else crc32c(tail, crc32c(body))
-        return b"".join((LENGTH_CRC.pack(lengths + 56, crc), tail, body))
-    key_length = -1 if key is None else len(key)
-    value_length = -1 if value is None else len(value)
-    if headers:
-        lengths_block = _THREE_LENGTHS.pack(key_length, value_length, len(headers))
-        flags = SINGLE_FLAGS | FLAG_HEADERS
-    else:
-        lengths_block = TWO_LENGTHS.pack(key_length, value_length)
-        flags = SINGLE_FLAGS
-    body = b"".join((lengths_block, key or b"", value or b"", headers))
+    if (
+        key is not None
+        and value is not None
+        and not headers
+        and len(key) + len(value) <= PLAIN_MAX_BYTES
+    ):
+        return encode_plain(key, value, timestamp, base_offset)
+    body, flags = _one_body(key, value, headers)
     length = len(body)
     tail = HEADER_TAIL.pack(
         BATCH_MAGIC, CODEC_NONE, flags, base_offset, 1, 0, timestamp, timestamp, length
     )
     return b"".join((LENGTH_CRC.pack(48 + length, crc32c(tail, crc32c(body))), tail, body))
+
+
+def _one_body(key: bytes | None, value: bytes | None, header_block: bytes) -> tuple[bytes, int]:
+    """The body of a one-record batch and its flags (one timestamp, contiguous; headers
+    when ``header_block``, the encoded headers, is not empty): its lengths columns, then
+    key, value and headers. The one rule for :func:`_encode_one` and :func:`encode_single`."""
+    key_length = -1 if key is None else len(key)
+    value_length = -1 if value is None else len(value)
+    if header_block:
+        lengths = _THREE_LENGTHS.pack(key_length, value_length, len(header_block))
+        flags = SINGLE_FLAGS | FLAG_HEADERS
+    else:
+        lengths = TWO_LENGTHS.pack(key_length, value_length)
+        flags = SINGLE_FLAGS
+    return b"".join((lengths, key or b"", value or b"", header_block)), flags
 
 
 def validate_column(
