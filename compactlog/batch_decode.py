@@ -100,12 +100,6 @@ class RecordBatch:
             for s, e in zip(*self._bounds(self.header_lengths), strict=True)
         ]
 
-    def key_digest_input(self) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """Keys blob plus start/end positions, for hashing keys without Python objects."""
-        lengths = np.maximum(self.key_lengths, 0).astype(np.int64)
-        ends = np.cumsum(lengths)
-        return bytes(self.keys_blob), ends - lengths, ends
-
     def records(
         self, keys: Sequence[Any] | None = None, values: Sequence[Any] | None = None
     ) -> Iterator[Record]:
@@ -204,28 +198,22 @@ def _columns_batch(
 
 def decode_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
     """Decode the (already CRC-checked) batch at ``pos`` into columns."""
-    count = header.count
-    body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
-    if header.codec == CODEC_ZSTD:
-        body = _zstd_decompress(body, header.body_length)
-    if len(body) != header.body_length:
-        raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
-    if count == 1:
+    body = batch_body(buf, pos, header)
+    if header.count == 1:
         one = _decode_one(body, pos, header)
         if one is not None:
             return one
     return _decode_columns(body, pos, header)
 
 
-def decode_columns(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
-    """:func:`decode_batch` always through the columnar path (the reference the fast
-    paths are tested against)."""
+def batch_body(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bytes | memoryview:
+    """The body of the batch at ``pos``, decompressed, checked against its stored length."""
     body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
     if header.codec == CODEC_ZSTD:
         body = _zstd_decompress(body, header.body_length)
     if len(body) != header.body_length:
         raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
-    return _decode_columns(body, pos, header)
+    return body
 
 
 def _decode_columns(body: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:

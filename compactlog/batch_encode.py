@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from .batch_decode import RecordBatch
 from .format import (
     BATCH_HEADER,
     BATCH_MAGIC,
@@ -424,24 +423,6 @@ def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[En
     finally:
         view.release()
     return batches
-
-
-def encode_record_batch(
-    batch: RecordBatch, base_offset: int, last_delta: int, codec: int, level: int
-) -> bytes:
-    """Re-encode a (filtered) columnar batch, keeping offsets, timestamps and headers."""
-    deltas = (batch.offsets - base_offset).astype(np.uint32)
-    heads = batch.headers() if batch.header_lengths is not None else None
-    return encode_batch(
-        batch.keys(),
-        batch.values(),
-        batch.timestamps.tolist(),
-        headers=heads,
-        offset_deltas=deltas,
-        last_delta=last_delta,
-        codec=codec,
-        level=level,
-    ).to_bytes(base_offset)
 
 
 def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, int]]:

@@ -10,7 +10,6 @@ from compactlog.batch_encode import (
     PLAIN_MAX_BYTES,
     encode_batch,
     encode_plain,
-    encode_record_batch,
     encode_single,
 )
 from compactlog.errors import InvalidRecordError
@@ -28,6 +27,8 @@ from compactlog.format import (
     check_file_header,
     find_next_valid_batch,
 )
+
+from .helpers import encode_record_batch
 
 
 def roundtrip(keys, values, timestamps, base=100, **kwargs):

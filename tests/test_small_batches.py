@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.batch_decode import Record, RecordBatch, decode_batch, decode_columns
+from compactlog.batch_decode import Record, RecordBatch, decode_batch
 from compactlog.batch_encode import encode_batch
 from compactlog.errors import ConfigError, CorruptLogError
 from compactlog.format import (
@@ -34,7 +34,14 @@ from compactlog.segment import HEADER_SIZE, SegmentReader, list_segments
 from compactlog.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
 
 from .compaction_helpers import Model, check_log
-from .helpers import assert_run_matches, batch_positions, body_position, flip_bit, segment_files
+from .helpers import (
+    assert_run_matches,
+    batch_positions,
+    body_position,
+    decode_columns,
+    flip_bit,
+    segment_files,
+)
 
 # -- stored batches built with the encoder ---------------------------------------------------
 

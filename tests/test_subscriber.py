@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 import compactlog
 from compactlog import SubscriberError, filenames
 from compactlog.batch_decode import RecordBatch
-from compactlog.batch_encode import encode_record_batch
 from compactlog.errors import LogClosedError
 from compactlog.format import SEGMENT_FILE_HEADER
 from compactlog.fsio import FileSystem
@@ -29,6 +28,8 @@ from compactlog.subscriber import (
     validate_name,
 )
 from compactlog.swap import replace_segments
+
+from .helpers import encode_record_batch
 
 SMALL = dict(segment_bytes=1024, sync="os")
 
