@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .byte_items import _layout
+from .byte_items import struct_layout
 from .format import (
     BATCH_HEADER,
     BATCH_MAGIC,
@@ -21,9 +21,9 @@ from .format import (
     FLAG_SINGLE_TIMESTAMP,
     TWO_LENGTHS,
     BatchHeader,
-    _zstd_decompress,
     decode_headers,
     encode_headers,
+    zstd_decompress,
 )
 
 
@@ -109,13 +109,15 @@ class RecordBatch:
             return iter(self.decoded)
         # built by map() in C: no Python frame (generator step) per record
         offsets = self.offsets.tolist()
-        heads = repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
+        record_headers = (
+            repeat(None, len(offsets)) if self.header_lengths is None else self.headers()
+        )
         columns = zip(
             offsets,
             self.keys() if keys is None else keys,
             self.values() if values is None else values,
             self.timestamps.tolist(),
-            heads,
+            record_headers,
             strict=True,
         )
         return map(tuple.__new__, repeat(Record), columns)
@@ -124,7 +126,7 @@ class RecordBatch:
         """The records where ``mask`` is true, as a batch (used to cut a batch at an offset)."""
         keys = self.keys()
         values = self.values()
-        heads = self.headers()
+        record_headers = self.headers()
         idx = np.flatnonzero(mask).tolist()
         selected = _columns_batch(
             self.header,
@@ -133,7 +135,7 @@ class RecordBatch:
             self.timestamps[mask],
             [keys[i] for i in idx],
             [values[i] for i in idx],
-            [heads[i] for i in idx],
+            [record_headers[i] for i in idx],
         )
         selected.stored_batches = self.stored_batches
         return selected
@@ -158,7 +160,7 @@ def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
         out = [raw[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
     else:
         # lengths that vary: one struct unpack cuts every item, no slice object each
-        out = list(_layout((sizes, b"s"), count=n).unpack_from(blob))
+        out = list(struct_layout((sizes, b"s"), count=n).unpack_from(blob))
     if int(lengths.min()) < 0:
         for i in np.flatnonzero(lengths < 0).tolist():
             out[i] = None
@@ -210,7 +212,7 @@ def batch_body(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bytes 
     """The body of the batch at ``pos``, decompressed, checked against its stored length."""
     body: bytes | memoryview = memoryview(buf)[pos + BATCH_HEADER.size : pos + header.length]
     if header.codec == CODEC_ZSTD:
-        body = _zstd_decompress(body, header.body_length)
+        body = zstd_decompress(body, header.body_length)
     if len(body) != header.body_length:
         raise ValueError(f"body is {len(body)} bytes, header says {header.body_length}")
     return body

@@ -23,11 +23,11 @@ from .format import (
     MAX_BATCH_BYTES,
     STAGING_MAGIC,
     TWO_LENGTHS,
-    _check_batch_crc,
-    _zstd_compress,
+    check_batch_crc,
     check_file_header,
     crc32c,
     encode_headers,
+    zstd_compress,
 )
 
 
@@ -221,7 +221,7 @@ def encode_columns(
     body = b"".join([*columns, *key_parts, *value_parts, *header_parts])
     body_length = len(body)
     if codec == CODEC_ZSTD:
-        body = _zstd_compress(body, level)
+        body = zstd_compress(body, level)
     if BATCH_HEADER.size + len(body) > MAX_BATCH_BYTES:
         raise ValueError(f"batch of {len(body)} bytes exceeds the format limit")
     return EncodedBatch(
@@ -261,7 +261,7 @@ def _encode_one(
     body, flags = _one_body(key, value, encode_headers(headers) if headers else b"")
     body_length = len(body)
     if codec == CODEC_ZSTD:
-        body = _zstd_compress(body, level)
+        body = zstd_compress(body, level)
     largest = (0 if key is None else len(key)) + (0 if value is None else len(value))
     return EncodedBatch(
         body,
@@ -390,7 +390,7 @@ def read_staged_batches(buf: Any, extras: Sequence[tuple[int, bool]]) -> list[En
     view = memoryview(buf)
     try:
         for largest, null_keys in extras:
-            header, body_crc, reason = _check_batch_crc(buf, pos, end)
+            header, body_crc, reason = check_batch_crc(buf, pos, end)
             if header is None:
                 raise ValueError(f"at byte {pos}: {reason}")
             if header.base_offset != 0:

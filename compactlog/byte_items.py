@@ -25,7 +25,7 @@ def _digits(values: np.ndarray) -> np.ndarray:
     )
 
 
-def _layout(*columns: tuple[np.ndarray | bytes, bytes], count: int) -> struct.Struct:
+def struct_layout(*columns: tuple[np.ndarray | bytes, bytes], count: int) -> struct.Struct:
     """A ``struct`` layout of ``count`` consecutive items, item ``i`` made of, for each
     column in turn, ``counts[i]`` repetitions of the column's format code (``x`` skips
     bytes, ``s`` takes them as one ``bytes`` object); a column whose counts are ``bytes``
@@ -49,14 +49,14 @@ def _layout(*columns: tuple[np.ndarray | bytes, bytes], count: int) -> struct.St
     return struct.Struct(np.hstack(parts).tobytes())
 
 
-def _items_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+def items_at(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """``raw[start : start + width]`` for every start, as one opaque (``V``) item each
     (a copy at memcpy speed, where a 2-D gather copies a byte at a time)."""
     windows = np.ndarray((len(raw) - width + 1,), f"V{width}", raw, 0, (1,))
     return windows[starts]
 
 
-def _cells(columns: np.ndarray) -> np.ndarray:
+def cells(columns: np.ndarray) -> np.ndarray:
     """The rows of a 2-D uint8 array whose rows are contiguous, as one opaque (``V``)
     item each, without a copy: numpy copies such items a row at a time, where it copies
     the bytes of a 2-D slice one column step at a time (2-5 times slower for rows of

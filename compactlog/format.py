@@ -159,7 +159,7 @@ def decode_headers(data: bytes) -> dict[str, bytes]:
 _compressors = threading.local()
 
 
-def _zstd_compress(data: bytes, level: int) -> bytes:
+def zstd_compress(data: bytes, level: int) -> bytes:
     compressors = getattr(_compressors, "by_level", None)
     if compressors is None:
         compressors = _compressors.by_level = {}
@@ -169,7 +169,7 @@ def _zstd_compress(data: bytes, level: int) -> bytes:
     return compressor.compress(data)
 
 
-def _zstd_decompress(data: bytes | memoryview, size: int) -> bytes:
+def zstd_decompress(data: bytes | memoryview, size: int) -> bytes:
     decompressor = getattr(_compressors, "decompressor", None)
     if decompressor is None:
         decompressor = _compressors.decompressor = zstandard.ZstdDecompressor()
@@ -302,11 +302,11 @@ def read_batch_header(
 
 def check_batch(buf: bytes | memoryview, pos: int, end: int) -> tuple[BatchHeader | None, str]:
     """Header checks plus the CRC: is there a whole, valid batch at ``pos``?"""
-    header, _body_crc, reason = _check_batch_crc(buf, pos, end)
+    header, _body_crc, reason = check_batch_crc(buf, pos, end)
     return header, reason
 
 
-def _check_batch_crc(buf: Any, pos: int, end: int) -> tuple[BatchHeader | None, int, str]:
+def check_batch_crc(buf: Any, pos: int, end: int) -> tuple[BatchHeader | None, int, str]:
     """:func:`check_batch`, also returning the body's share of the CRC (section 6)."""
     header, reason = read_batch_header(buf, pos, end)
     if header is None:

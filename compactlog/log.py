@@ -634,14 +634,14 @@ class Log:
                 )
 
     def append_encoded(self, batches: Sequence[EncodedBatch]) -> range:
-        """Append batches already encoded (``format.encode_batch``/``encode_columns``)
+        """Append batches already encoded (``batch_encode.encode_batch``/``encode_columns``)
         back to back, under one hold of the writers' lock; returns their offsets.
 
         Internal but public: the path of :meth:`append_batch` after encoding, and of
         writers that encode elsewhere and in parallel (the Spark writer's tasks), so
         appending is stamping each batch's base offset and writing its bytes. A batch
         takes ``last_delta + 1`` offsets (its record count, for every fresh batch); keep
-        each within half a segment (``writer.encode_within_segment``) so segments roll
+        each within half a segment (``batch_encode.encode_within_segment``) so segments roll
         near ``segment_bytes``. :meth:`check_encoded` runs first: a refused batch writes
         nothing, nor does any other of the call.
         """

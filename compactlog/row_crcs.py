@@ -7,7 +7,7 @@ from array import array
 
 import numpy as np
 
-from .byte_items import _cells
+from .byte_items import cells
 from .format import BATCH_HEADER, CRC_START, crc32c
 
 _CRC_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
@@ -41,7 +41,7 @@ def _crc_tables() -> tuple[np.ndarray, np.ndarray, int]:
     return _CRC_TABLES
 
 
-def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
+def continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
     """``crc32c(messages[i], crcs[i])`` for every row of an (n, 40) uint8 array at once.
 
     Rows of one run differ in few byte positions (offsets, timestamps): the first row's
@@ -54,8 +54,8 @@ def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
         ^ zero[2][(registers >> 16) & 0xFF]
         ^ zero[3][registers >> 24]
     )
-    head = messages[0]
-    constant = crc32c(head.tobytes(), ones) ^ ones
+    first = messages[0]
+    constant = crc32c(first.tobytes(), ones) ^ ones
     width = messages.shape[1]
     if width % 8 == 0 and messages.strides[1] == 1 and messages.strides[0] % 8 == 0:
         # the varying byte positions found 8 at a time: the OR of every row's XOR with the
@@ -68,11 +68,11 @@ def _continue_crc(crcs: np.ndarray, messages: np.ndarray) -> np.ndarray:
             folded = int(np.bitwise_or.reduce(column ^ column[0]))
             varying += [8 * j + b for b in range(8) if (folded >> (8 * b)) & 0xFF]
     else:
-        varying = np.flatnonzero((messages != head).any(axis=0)).tolist()
+        varying = np.flatnonzero((messages != first).any(axis=0)).tolist()
     acc = np.full(len(messages), 0, dtype=np.uint32)
     for i in varying:
         acc ^= part[i][messages[:, i]]
-        constant ^= int(part[i][head[i]])
+        constant ^= int(part[i][first[i]])
     return (shifted ^ acc) ^ np.uint32(constant ^ ones)
 
 
@@ -178,9 +178,9 @@ def _messages_crcs(rows: np.ndarray) -> np.ndarray:
         per = len(views)
         crcs = np.empty(n, dtype=np.uint32)
         # (an empty body has no cells to copy)
-        copies = [(_cells(rows[:, CRC_START:header_size]), _cells(block[:, body:]))]
+        copies = [(cells(rows[:, CRC_START:header_size]), cells(block[:, body:]))]
         if body:
-            copies.append((_cells(rows[:, header_size:]), _cells(block[:, :body])))
+            copies.append((cells(rows[:, header_size:]), cells(block[:, :body])))
         for start in range(0, n, per):
             stop = min(n, start + per)
             for source, target in copies:

@@ -303,7 +303,7 @@ class SegmentReader:
         self, position: int, *, max_records: int = RUN_RECORDS, max_bytes: int = RUN_BYTES
     ) -> Iterator[RecordBatch]:
         """Like :meth:`batches`, but a run of consecutive small batches comes back as one
-        :class:`RecordBatch` (``format.decode_small_run``; ``stored_batches`` says how many
+        :class:`RecordBatch` (``small_runs.decode_small_run``; ``stored_batches`` says how many
         it spans, at most ``max_bytes`` of them and about ``max_records`` records). For
         callers that work on offsets and columns, not on stored batch boundaries."""
         limits = (max_records, max_bytes)

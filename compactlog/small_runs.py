@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .batch_decode import RecordBatch, concat_batches, decode_batch
-from .byte_items import _cells, _items_at, _layout
+from .byte_items import cells, items_at, struct_layout
 from .format import (
     BATCH_HEADER,
     BATCH_HEADER_DTYPE,
@@ -31,7 +31,7 @@ from .format import (
     crc32c,
     header_fields,
 )
-from .row_crcs import _continue_crc, rows_crcs
+from .row_crcs import continue_crc, rows_crcs
 
 # A log written by single appends is a file of one-record batches. Decoding each through
 # the columnar path above costs a dozen numpy calls per record; instead, readers take a run
@@ -91,7 +91,7 @@ def scan_small_run(
     whole run at once where they can be: the run's batches are found by their lengths
     (:func:`_walk`); the CRCs of a run of one batch length are computed together
     (:func:`rows_crcs`), else each body's CRC is one ``crc32c`` call, continued over the
-    48-byte headers for all batches together (:func:`_continue_crc`); every batch's CRC is
+    48-byte headers for all batches together (:func:`continue_crc`); every batch's CRC is
     compared with its own stored CRC, and the header fields are checked as columns (as
     two words per batch where every batch has the first one's fields, :func:`_check_alike`).
     The run stops before the first batch that is not small, not whole below ``end``, not
@@ -115,38 +115,40 @@ def scan_small_run(
         # length, the headers one strided column of them (a view: nothing is copied)
         first = int(positions[0])
         rows = raw[first:pos].reshape(n, length)
-        heads = rows[:, :header_size].view(BATCH_HEADER_DTYPE)[:, 0]
+        headers = rows[:, :header_size].view(BATCH_HEADER_DTYPE)[:, 0]
         crcs = rows_crcs(rows)
-        alike = _check_alike(rows, heads, crcs, max_records)
+        alike = _check_alike(rows, headers, crcs, max_records)
         if alike is not None:
             bad, simple, bases = alike
-            return _cut(SmallRun(positions, heads, pos, length, simple, bases), bad)
+            return _cut(SmallRun(positions, headers, pos, length, simple, bases), bad)
     else:
         # lengths that vary: every header gathered as one 48-byte item, every body cut out
         # as a bytes object by one struct unpack (no slice object per batch), each body's
         # CRC one crc32c call, continued over its header for all batches at once
-        block = _items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
-        heads = block.view(BATCH_HEADER_DTYPE).ravel()
+        block = items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
+        headers = block.view(BATCH_HEADER_DTYPE).ravel()
         body_lengths = np.diff(positions, append=pos) - header_size
-        layout = _layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
+        layout = struct_layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
         bodies = layout.unpack_from(buf, int(positions[0]))
         body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
-        crcs = _continue_crc(body_crcs, block[:, CRC_START:])
-    count = heads["count"].astype(np.int64)
+        crcs = continue_crc(body_crcs, block[:, CRC_START:])
+    count = headers["count"].astype(np.int64)
     bad = (
-        (crcs != heads["crc"])
-        | (heads["magic"] != BATCH_MAGIC)
-        | (heads["codec"] > CODEC_ZSTD)
-        | ((heads["flags"] & (0xFFFF ^ KNOWN_FLAGS)) != 0)
-        | (count > heads["last_delta"].astype(np.int64) + 1)
+        (crcs != headers["crc"])
+        | (headers["magic"] != BATCH_MAGIC)
+        | (headers["codec"] > CODEC_ZSTD)
+        | ((headers["flags"] & (0xFFFF ^ KNOWN_FLAGS)) != 0)
+        | (count > headers["last_delta"].astype(np.int64) + 1)
     )
-    bad[1:] |= heads["base_offset"][1:] <= heads["base_offset"][:-1] + heads["last_delta"][:-1]
+    bad[1:] |= (
+        headers["base_offset"][1:] <= headers["base_offset"][:-1] + headers["last_delta"][:-1]
+    )
     bad |= np.cumsum(count) > max(max_records, count[0] + count[1])
-    return _cut(SmallRun(positions, heads, pos, length), bad)
+    return _cut(SmallRun(positions, headers, pos, length), bad)
 
 
 def _check_alike(
-    rows: np.ndarray, heads: np.ndarray, crcs: np.ndarray, max_records: int
+    rows: np.ndarray, headers: np.ndarray, crcs: np.ndarray, max_records: int
 ) -> tuple[np.ndarray, bool, np.ndarray] | None:
     """:func:`scan_small_run`'s checks for a run whose batches all have the first one's
     magic, codec, flags, count and last delta (single appends of records of one size),
@@ -164,8 +166,8 @@ def _check_alike(
         return None
     if not bool((words == word).all() and (counts == both).all()):
         return None
-    bases = heads["base_offset"].astype(np.int64)
-    bad = crcs != heads["crc"]
+    bases = headers["base_offset"].astype(np.int64)
+    bad = crcs != headers["crc"]
     bad[1:] |= bases[1:] <= bases[:-1] + last_delta
     # np.cumsum(count) > max(max_records, 2 * count), for one count per batch
     limit = max(max_records, 2 * count)
@@ -419,14 +421,14 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
         batch = _decode_alike(buf, run)
         if batch is not None:
             return batch
-    heads = run.headers
+    headers = run.headers
     simple = (
-        (heads["codec"] == CODEC_NONE)
-        & (heads["count"] == 1)
-        & ((heads["flags"] | FLAG_HEADERS) == (_SIMPLE_FLAGS | FLAG_HEADERS))
+        (headers["codec"] == CODEC_NONE)
+        & (headers["count"] == 1)
+        & ((headers["flags"] | FLAG_HEADERS) == (_SIMPLE_FLAGS | FLAG_HEADERS))
     )
     if bool(simple.all()):
-        return _decode_simple(buf, run.positions, heads, run.end)
+        return _decode_simple(buf, run.positions, headers, run.end)
     pieces: list[RecordBatch] = []
     positions = run.positions.tolist()
     ends = [*positions[1:], run.end]
@@ -437,9 +439,9 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
         while j < len(positions) and flags[j]:
             j += 1
         if j > i:
-            pieces.append(_decode_simple(buf, run.positions[i:j], heads[i:j], ends[j - 1]))
+            pieces.append(_decode_simple(buf, run.positions[i:j], headers[i:j], ends[j - 1]))
         if j < len(positions):
-            header = BatchHeader._make(heads[j].item())
+            header = BatchHeader._make(headers[j].item())
             pieces.append(decode_batch(buf, positions[j], header))
             pieces[-1].position = positions[j]
         i = j + 1
@@ -453,10 +455,10 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
     against every batch's length columns and body length in two comparisons, and each
     blob is one column range of the rows. ``None`` for any other run."""
     n, length = len(run), run.length
-    heads = run.headers
+    headers = run.headers
     header_size = BATCH_HEADER.size
     body = length - header_size
-    if int(heads["flags"][0]) & FLAG_HEADERS:
+    if int(headers["flags"][0]) & FLAG_HEADERS:
         return None
     first = int(run.positions[0])
     rows = np.frombuffer(buf, dtype=np.uint8, count=run.end)[first:].reshape(n, length)
@@ -466,13 +468,13 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
     key_length, value_length = TWO_LENGTHS.unpack(both.to_bytes(8, "little"))
     if key_length < 0 or value_length < 0 or 8 + key_length + value_length != body:
         return None
-    if not bool((pair == both).all() and (heads["body_length"] == body).all()):
+    if not bool((pair == both).all() and (headers["body_length"] == body).all()):
         return None
     at = header_size + 8
     keys = rows[:, at : at + key_length]
     values = rows[:, at + key_length :]
-    base = heads["base_offset"].astype(np.int64) if run.bases is None else run.bases
-    timestamps = heads["first_ts"].astype(np.int64)
+    base = headers["base_offset"].astype(np.int64) if run.bases is None else run.bases
+    timestamps = headers["first_ts"].astype(np.int64)
     header = BatchHeader(
         run.end - first,
         0,
@@ -481,9 +483,9 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
         0,
         int(base[0]),
         n,
-        int(base[-1]) + int(heads["last_delta"][-1]) - int(base[0]),
+        int(base[-1]) + int(headers["last_delta"][-1]) - int(base[0]),
         int(timestamps[0]),
-        int(heads["max_ts"].max()),
+        int(headers["max_ts"].max()),
         0,
     )
     return RecordBatch(
@@ -493,8 +495,8 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
         timestamps,
         np.full(n, key_length, dtype=np.int32),
         np.full(n, value_length, dtype=np.int32),
-        _cells(keys).tobytes() if key_length else b"",
-        _cells(values).tobytes() if value_length else b"",
+        cells(keys).tobytes() if key_length else b"",
+        cells(values).tobytes() if value_length else b"",
         None,
         None,
         n,
@@ -502,34 +504,34 @@ def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch |
 
 
 def _decode_simple(
-    buf: bytes | memoryview | Any, positions: np.ndarray, heads: np.ndarray, end: int
+    buf: bytes | memoryview | Any, positions: np.ndarray, headers: np.ndarray, end: int
 ) -> RecordBatch:
     """The columns of one-record, uncompressed, one-timestamp batches, gathered at once."""
     n = len(positions)
     header_size = BATCH_HEADER.size
     raw = np.frombuffer(buf, dtype=np.uint8, count=end)
-    has_headers = (heads["flags"] & FLAG_HEADERS) != 0
+    has_headers = (headers["flags"] & FLAG_HEADERS) != 0
     any_headers = bool(has_headers.any())
     columns = 8 + 4 * has_headers.astype(np.int64)
-    body = heads["body_length"].astype(np.int64)
+    body = headers["body_length"].astype(np.int64)
     if not bool(
-        (body == heads["length"].astype(np.int64) - header_size).all() and (body >= columns).all()
+        (body == headers["length"].astype(np.int64) - header_size).all() and (body >= columns).all()
     ):
         raise ValueError("column lengths do not add up to the batch body")
-    lengths = _items_at(raw, positions + header_size, 8).view("<i4")
+    lengths = items_at(raw, positions + header_size, 8).view("<i4")
     key_lengths = np.ascontiguousarray(lengths[0::2])
     value_lengths = np.ascontiguousarray(lengths[1::2])
     header_lengths = np.zeros(n, dtype=np.int32)
     if any_headers:
         at = positions[has_headers] + header_size + 8
-        header_lengths[has_headers] = _items_at(raw, at, 4).view("<i4")
+        header_lengths[has_headers] = items_at(raw, at, 4).view("<i4")
     klen = np.maximum(key_lengths, 0).astype(np.int64)
     vlen = np.maximum(value_lengths, 0).astype(np.int64)
     sizes = columns + klen + vlen + header_lengths
     if not bool((header_lengths >= 0).all() and (sizes == body).all()):
         raise ValueError("column lengths do not add up to the batch body")
     hlen = header_lengths.astype(np.int64)
-    length = int(heads["length"][0])
+    length = int(headers["length"][0])
     first = int(positions[0])
     if (
         end - first == n * length
@@ -554,9 +556,9 @@ def _decode_simple(
         # every header, columns and key (the skip is then one number)
         k = int(klen[0])
         at = positions + header_size + 8
-        keys_blob = _items_at(raw, at, k).tobytes() if k else b""
+        keys_blob = items_at(raw, at, k).tobytes() if k else b""
         skip = b"%d" % (header_size + 8 + k)
-        values = _layout((skip, b"x"), (vlen, b"s"), count=n).unpack_from(buf, first)
+        values = struct_layout((skip, b"x"), (vlen, b"s"), count=n).unpack_from(buf, first)
         values_blob = b"".join(values)
         headers_blob = None
     else:
@@ -564,12 +566,12 @@ def _decode_simple(
         columns_ = [(header_size + columns, b"x"), (klen, b"s"), (vlen, b"s")]
         if any_headers:
             columns_.append((hlen, b"s"))
-        pieces = _layout(*columns_, count=n).unpack_from(buf, first)
+        pieces = struct_layout(*columns_, count=n).unpack_from(buf, first)
         step = len(columns_) - 1
         keys_blob = b"".join(pieces[0::step])
         values_blob = b"".join(pieces[1::step])
         headers_blob = b"".join(pieces[2::step]) if any_headers else None
-    base = heads["base_offset"]
+    base = headers["base_offset"]
     header = BatchHeader(
         end - int(positions[0]),
         0,
@@ -578,16 +580,16 @@ def _decode_simple(
         0,
         int(base[0]),
         n,
-        int(base[-1]) + int(heads["last_delta"][-1]) - int(base[0]),
-        int(heads["first_ts"][0]),
-        int(heads["max_ts"].max()),
+        int(base[-1]) + int(headers["last_delta"][-1]) - int(base[0]),
+        int(headers["first_ts"][0]),
+        int(headers["max_ts"].max()),
         0,
     )
     return RecordBatch(
         header,
         int(positions[0]),
         base.astype(np.int64),
-        heads["first_ts"].astype(np.int64),
+        headers["first_ts"].astype(np.int64),
         key_lengths,
         value_lengths,
         keys_blob,

@@ -1089,7 +1089,7 @@ class Subscriber:
     ) -> RecordBatch | None:
         """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor; a
         run of small batches (about ``room`` records, at most ``room_bytes`` bytes) comes
-        back as one batch (``format.decode_small_run``)."""
+        back as one batch (``small_runs.decode_small_run``)."""
         offset = cursor.pos - cursor.buf_start
         if not 0 <= offset < len(cursor.buf):
             cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))

@@ -1,6 +1,6 @@
 """Runs of batches alike (single appends of records of one size): the fast checks and
-decoding of ``format._check_alike`` and ``format._decode_alike``, and the CRCs of
-``format._messages_crcs`` through the per-thread scratch buffer.
+decoding of ``small_runs._check_alike`` and ``small_runs._decode_alike``, and the CRCs of
+``row_crcs._messages_crcs`` through the per-thread scratch buffer.
 
 These paths skip per-batch work when every batch of a run has the first one's length,
 magic, codec, flags, count and last delta. Each test here would fail on an implementation

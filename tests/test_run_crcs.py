@@ -1,4 +1,4 @@
-"""CRCs of a run of equal-length small batches, computed at once (``format.rows_crcs``).
+"""CRCs of a run of equal-length small batches, computed at once (``row_crcs.rows_crcs``).
 
 A log of single appends of records of one size is rows of one length; ``scan_small_run``
 checks their CRCs together (one ``crc32c`` call, then a table lookup per varying byte

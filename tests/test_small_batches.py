@@ -1,7 +1,7 @@
 """Logs of small batches (single appends): runs decoded at once, merged by the cleaner.
 
-The fast path (``format.scan_small_run`` + ``format.decode_small_run``) must decode exactly
-what the columnar path (``format.decode_batch``, batch by batch) decodes: keys, values,
+The fast path (``small_runs.scan_small_run`` + ``small_runs.decode_small_run``) must decode exactly
+what the columnar path (``batch_decode.decode_batch``, batch by batch) decodes: keys, values,
 ``None`` keys and values, headers, timestamps, compressed bodies, offset deltas left by
 compaction. Every reader (``read``, ``read_batches``, subscribers, latest state, the
 cleaner) goes through it, and the cleaner turns runs of small batches into large ones
@@ -230,7 +230,7 @@ def test_damage_anywhere_in_a_long_run_ends_the_run_there(damaged_index, field):
     data=st.data(),
 )
 def test_crcs_continued_over_headers_at_once_equal_crc32c(crcs, data):
-    from compactlog.row_crcs import _continue_crc
+    from compactlog.row_crcs import continue_crc as _continue_crc
 
     rows = [data.draw(st.binary(min_size=40, max_size=40)) for _ in crcs]
     messages = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 40)

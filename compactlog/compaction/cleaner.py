@@ -666,7 +666,7 @@ class _Context:
 def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
     """Filter one segment into the group's rewrite, a window of batches at a time.
 
-    Consecutive small batches (``format.SMALL_BATCH_RECORDS`` records or fewer, such as
+    Consecutive small batches (``small_runs.SMALL_BATCH_RECORDS`` records or fewer, such as
     single appends) are read as runs of at most ``cleaner_merge_batch_bytes`` and each
     run's surviving records written as one batch (``_clean_window``): a cleaned log reads
     at batch speed whatever its writers did. Any other batch that loses nothing is copied

@@ -1,13 +1,12 @@
-"""Columnar batch surgery for the cleaner and the latest-state reader.
+"""Columnar batch rewriting for the cleaner.
 
-:func:`filter_batch` keeps the records of a decoded :class:`~compactlog.format.RecordBatch`
-where a mask is true and :func:`encode_filtered` writes such a batch back in the format of
-``format.py`` (through :class:`~compactlog.format.EncodedBatch`, so the header and CRC code
-is the format module's). Both work on numpy columns and byte blobs: blobs of equal-sized
-items (fixed-size keys, values) are cut as rows, others with one byte mask, never with a
-Python object per record. :func:`encode_kept` is the two in one step for the cleaner: the
-kept columns are written straight into one body buffer (one copy instead of four), with
-the same bytes as ``encode_filtered(filter_batch(batch, keep))``.
+:func:`encode_filtered` writes a filtered batch (``batch_decode.filter_batch``) back in the
+batch format (through :class:`~compactlog.batch_encode.EncodedBatch`, so the header and CRC
+code is the encoder's); it is the reference :func:`encode_kept` is tested against.
+:func:`encode_kept` (and :class:`KeptColumns` for a window of batches) is filter and encode
+in one step: the kept columns are written straight into one body buffer (one copy instead
+of four), with the same bytes as ``encode_filtered(filter_batch(batch, keep))``. Both work
+on numpy columns and byte blobs, never with a Python object per record.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from ..format import (
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
     FLAG_SINGLE_TIMESTAMP,
-    _zstd_compress,
     crc32c,
+    zstd_compress,
 )
-
-_EMPTY = np.empty(0, dtype=np.uint8)
 
 
 def encode_filtered(batch: RecordBatch, codec: int, level: int) -> bytes:
@@ -62,7 +59,7 @@ def encode_filtered(batch: RecordBatch, codec: int, level: int) -> bytes:
     body = b"".join(columns)
     body_length = len(body)
     if codec == CODEC_ZSTD:
-        body = _zstd_compress(body, level)
+        body = zstd_compress(body, level)
     encoded = EncodedBatch(
         body, crc32c(body), body_length, count, last_delta, first_ts, max_ts, flags, codec
     )
@@ -259,7 +256,7 @@ class KeptColumns:
         assert at == len(body)
         stored: bytes | np.ndarray = body
         if codec == CODEC_ZSTD:
-            stored = _zstd_compress(body.data, level)
+            stored = zstd_compress(body.data, level)
         encoded = EncodedBatch(
             memoryview(stored),  # type: ignore[arg-type]  # only its length is used
             crc32c(stored),
