@@ -1,4 +1,11 @@
-"""Batch decoding."""
+"""Batches into columns and records: the decoder of the batch grammar in ``format.py``.
+
+:func:`decode_batch` turns one checked batch into a :class:`RecordBatch` (numpy columns
+and byte blobs, no object per record; a one-record batch straight from its bytes);
+:class:`Record` is one record as a user sees it. :func:`filter_batch` keeps the records
+where a mask is true, :func:`concat_batches` joins consecutive batches into one. Runs of
+small batches are decoded together by ``small_runs.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,15 @@
-"""Batch encoding."""
+"""Records into batches: the encoder of the batch grammar in ``format.py``.
+
+:func:`encode_batch` (Python objects) and :func:`encode_columns` (columns, the body
+grammar's one implementation, which columnar producers such as the Spark writer's tasks
+call directly) make an :class:`EncodedBatch`: a body encoded, and compressed, without its
+base offset, so writers encode outside their lock and stamp the header under it. A
+one-record batch is encoded by :func:`encode_single` (:func:`encode_plain` for the plain
+record of the single-append fast path, ``single.py``). :func:`encode_within_segment` cuts a
+large append into batches of at most about half a segment (:func:`split_points`), so that
+segments still roll. :func:`read_staged_batches` reads back the batches the Spark writer
+staged.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Byte items."""
+"""Cutting a buffer into many items in C, without a Python object or slice per item.
+
+:func:`struct_layout` builds a ``struct`` format whose one ``unpack_from`` cuts a buffer
+into ``bytes`` of lengths that vary; :func:`items_at` gathers fixed-width windows at many
+positions as opaque numpy items; :func:`cells` views the rows of a 2-D array as such
+items. The decoders and the small-run scanner use them.
+"""
 
 from __future__ import annotations
 

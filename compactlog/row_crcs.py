@@ -1,4 +1,12 @@
-"""Row CRCs."""
+"""The CRCs of many stored batches at once, for the small-run scanner (``small_runs.py``).
+
+Each batch's CRC is exactly what ``format.check_batch`` computes (``crc32c`` of the body,
+continued over header bytes [8, 48)); here it is computed for a whole run together:
+:func:`rows_crcs` for batches of one length (by table where few byte columns vary, else
+one ``crc32c`` call per batch through a per-thread scratch buffer), :func:`continue_crc`
+to continue the bodies' CRCs over the 40-byte header parts of many batches in one step
+(both built on CRC-32C's linearity over GF(2)).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,19 @@
-"""Small runs."""
+"""The small-run scanner: runs of consecutive small batches checked and decoded at once.
+
+A log written by single appends is a file of one-record batches. Decoding each through
+the columnar path (``batch_decode.decode_batch``) costs a dozen numpy calls per record;
+instead, readers take a run of consecutive small batches at once: :func:`scan_small_run`
+walks them by their length fields, checks every batch's own CRC for the whole run at once
+(``row_crcs.rows_crcs`` for batches of one length, one crc32c call per body otherwise),
+checks their headers together, and :func:`decode_small_run` returns the run as one
+RecordBatch whose columns are the concatenation of the batches' columns (the records,
+offsets, timestamps and headers of ``decode_batch`` for each batch, in order). Runs of
+batches alike (records of one size, the commonest log of single appends) take shorter
+paths still: their header fields are checked as a few words per batch
+(:func:`_check_alike`), their CRC messages gathered into a per-thread scratch buffer
+(``row_crcs._messages_crcs``), and their blobs copied as one column range of the rows
+each (:func:`_decode_alike`).
+"""
 
 from __future__ import annotations
 
@@ -32,19 +47,6 @@ from .format import (
     header_fields,
 )
 from .row_crcs import continue_crc, rows_crcs
-
-# A log written by single appends is a file of one-record batches. Decoding each through
-# the columnar path above costs a dozen numpy calls per record; instead, readers take a run
-# of consecutive small batches at once: :func:`scan_small_run` walks them by their length
-# fields, checks every batch's own CRC for the whole run at once (:func:`rows_crcs` for
-# batches of one length, one crc32c call per body otherwise), checks their headers
-# together, and :func:`decode_small_run` returns the run as one RecordBatch whose columns are the
-# concatenation of the batches' columns (the records, offsets, timestamps and headers of
-# ``decode_batch`` for each batch, in order). Runs of batches alike (records of one size,
-# the commonest log of single appends) take shorter paths still: their header fields are
-# checked as a few words per batch (:func:`_check_alike`), their CRC messages gathered
-# into a per-thread scratch buffer (:func:`_messages_crcs`), and their blobs copied as one
-# column range of the rows each (:func:`_decode_alike`).
 
 SMALL_BATCH_RECORDS = 8
 """A batch of at most this many records is *small* (typically one single append)."""
