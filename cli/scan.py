@@ -26,7 +26,7 @@ from compactlog.format import (
     find_next_valid_batch,
 )
 from compactlog.head import read_log_head
-from compactlog.reader import trim_batch
+from compactlog.reader import Wanted
 from compactlog.segment import (
     HEADER_SIZE,
     SegmentReader,
@@ -187,7 +187,7 @@ def salvage_batches(
     """
     bases = list_segments(directory)
     first = max(bisect.bisect_right(bases, start) - 1, 0)
-    next_offset = start
+    wanted = Wanted(start, end)
     for i in range(first, len(bases)):
         base = bases[i]
         if end is not None and base >= end:
@@ -197,7 +197,7 @@ def salvage_batches(
         entries = read_index(directory, base)
         position = HEADER_SIZE
         if index_is_consistent(entries, _file_size(path)):
-            position = lookup_position(entries, base, next_offset)
+            position = lookup_position(entries, base, wanted.next_offset)
         try:
             reader = SegmentReader(directory, base, last_segment=last)
         except CompactLogError as error:
@@ -206,16 +206,9 @@ def salvage_batches(
         with reader:
             while True:
                 try:
-                    for batch in reader.batches(position):
-                        position = batch.position + batch.size_bytes
-                        if batch.next_offset <= next_offset:
-                            continue
-                        if end is not None and batch.base_offset >= end:
-                            return
-                        trimmed = trim_batch(batch, next_offset, end)
-                        next_offset = batch.next_offset
-                        if len(trimmed):
-                            yield trimmed
+                    yield from wanted.take(reader.batches(position))
+                    if wanted.done:
+                        return
                     break
                 except CorruptLogError as error:
                     on_problem(error)
