@@ -1,6 +1,30 @@
-"""The invariants of a log, checked in one place: ``compactlog verify`` and ``Log.check()``.
+"""The invariants of a log, checked in one place (sortedcontainers' ``_check``, LevelDB's
+``VerifyChecksums``): :func:`verify_log` reports them (``compactlog verify``), :func:`check`
+raises :class:`~compactlog.errors.LogCheckError` listing every one violated (``Log.check()``,
+and the tests after every scenario).
 
-Every batch (CRC, layout, offset order), every index entry, the state files.
+What holds in a log:
+
+1. Segments: each has the segment file header; bases ascend without overlap (a segment's
+   base is at or after the previous one's next offset: compaction drops batches and
+   recovery leaves lost offsets unused, so gaps are allowed, overlaps never); no index
+   without its segment (a segment removed from the middle); the first segment is not past
+   the log start offset.
+2. Batches: whole and valid back to back from byte 16 (``deep``: CRC, decodable columns,
+   record offsets in order), base offsets at or after the segment's base and strictly
+   increasing. Only the newest segment may end in a torn tail (a write a crash cut), and
+   past its sync point a power loss may leave anything (docs/format.md 10.1).
+3. Index entries increase, stay inside the data and each points at a batch starting at
+   its offset.
+4. The head (``.lock``) lies within the newest segment, when it is a fact (the log was
+   closed cleanly, or the caller is its writer): it names the newest segment, its size is
+   within the file, and its end offset is the next offset after that segment's batches.
+5. Subscriber checkpoints lie at most at the end, the cleaner point too. (A checkpoint below
+   the log start is no violation: ``delete`` retention passes a subscriber by design, which
+   resumes at the start and reports the skip; ``verify`` shows it, as repair moves it.)
+
+The default (:func:`check`) reads batch headers only, which is cheap; ``deep=True`` (always
+for ``verify``) also checks every CRC and decodes every batch.
 """
 
 from __future__ import annotations
@@ -11,23 +35,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import filenames
-from .errors import CompactLogError
-from .format import (
-    SEGMENT_MAGIC,
-    check_batch,
-    check_file_header,
-    decode_batch,
-    find_next_valid_batch,
-)
-from .head import read_log_head
+from .errors import CompactLogError, LogCheckError
+from .format import SEGMENT_MAGIC, check_file_header, decode_batch
+from .head import Head, read_log_head
+from .recovery import closed_cleanly
 from .segment import (
     HEADER_SIZE,
+    Damage,
+    first_wrong_entry,
     index_is_consistent,
     list_segments,
     read_index,
     segment_path,
     unsynced_from,
     unsynced_header,
+    walk,
 )
 
 
@@ -105,12 +127,25 @@ class VerifyReport:
         }
 
 
-def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
-    """Check every batch (CRC, layout, offset order), every index entry, the state files.
+def verify_log(
+    directory: str,
+    *,
+    writers_active: bool = False,
+    deep: bool = True,
+    head_is_fact: bool = False,
+    stuck_checkpoints: bool = True,
+) -> VerifyReport:
+    """Check every batch (CRC, layout, offset order), every index entry, the head, the state
+    files: the invariants of the module docstring, each violation a :class:`Problem`.
 
     Safe beside live writers: with ``writers_active``, the newest segment is checked up to
     the size the writers' head vouches for, and bytes past it are a write in progress;
-    without, they are a torn tail left by a writer that died mid-append.
+    without, they are a torn tail left by a writer that died mid-append. Without ``deep``,
+    batch headers only (no CRC, no decoding). The head is checked when the log was closed
+    cleanly or ``head_is_fact`` (the caller is the log's writer and holds its lock): else it
+    is a hint that the next writer revalidates. ``stuck_checkpoints``: report checkpoints
+    below the log start (``verify`` does, as repair moves them; they are no violation, as
+    ``delete`` retention passes a subscriber by design, which then resumes at the start).
     """
     from .state_files import list_checkpoints, read_cleaner_state, read_meta
 
@@ -153,8 +188,10 @@ def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
         if writers_active and last and head is not None and head.active_base == base:
             limit = head.active_size
         previous_next = _verify_segment(
-            report, directory, base, last=last, limit=limit, previous_next=previous_next
+            report, directory, base, last=last, limit=limit, previous_next=previous_next, deep=deep
         )
+    if head is not None and bases and (head_is_fact or closed_cleanly(directory, head)):
+        _verify_head(report, directory, bases[-1], head, previous_next)
     if meta.uncleanable:
         report.problem(
             "uncleanable", filenames.META, None, f"marked uncleanable: {meta.uncleanable}"
@@ -177,7 +214,7 @@ def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
                 None,
                 f"subscriber {subscriber!r} is stored under another file name than its own",
             )
-        if offset < start:
+        if offset < start and stuck_checkpoints:
             report.problem(
                 "checkpoint",
                 name,
@@ -185,7 +222,7 @@ def verify_log(directory: str, *, writers_active: bool = False) -> VerifyReport:
                 f"subscriber {subscriber!r} is stuck at offset {offset}, below the log start "
                 f"{start} (repair moves it to the log start)",
             )
-        elif offset > end:
+        elif offset >= start and offset > end:
             report.problem(
                 "checkpoint",
                 name,
@@ -229,6 +266,7 @@ def _verify_segment(
     last: bool,
     limit: int | None,
     previous_next: int | None,
+    deep: bool = True,
 ) -> int | None:
     """One segment: file header, every batch, offset order, the index. Returns the offset
     after its last valid batch (or ``previous_next`` if it holds none)."""
@@ -268,28 +306,25 @@ def _verify_segment(
         if problem:
             report.problem("bad_header", name, 0, problem)
             return previous_next
-        pos = HEADER_SIZE
         next_offset = previous_next
-        while pos < end:
-            header, reason = check_batch(data, pos, end)
-            if header is None:
-                following = None if pos >= unsynced else find_next_valid_batch(data, pos, end)
-                if following is None:
+        for pos, item in walk(data, HEADER_SIZE, end, tolerate_from=unsynced, crc=deep):
+            if isinstance(item, Damage):
+                if item.resume is None:
                     if last:
                         report.problem(
                             "torn_tail",
                             name,
                             pos,
-                            f"torn tail of {end - pos} bytes ({reason}); the next writer to "
-                            "open the log truncates it, repair quarantines it",
+                            f"torn tail of {end - pos} bytes ({item.reason}); the next writer "
+                            "to open the log truncates it, repair quarantines it",
                         )
                     else:
                         report.problem(
                             "corrupt_batch",
                             name,
                             pos,
-                            f"{reason}; the {end - pos} bytes to the end of this closed segment "
-                            "are unreadable",
+                            f"{item.reason}; the {end - pos} bytes to the end of this closed "
+                            "segment are unreadable",
                         )
                     report.unreadable_bytes += end - pos
                     break
@@ -297,23 +332,24 @@ def _verify_segment(
                     "corrupt_batch",
                     name,
                     pos,
-                    f"{reason}; {following - pos} unreadable bytes, valid data resumes at byte "
-                    f"{following}",
+                    f"{item.reason}; {item.resume - pos} unreadable bytes, valid data resumes "
+                    f"at byte {item.resume}",
                 )
-                report.unreadable_bytes += following - pos
-                pos = following
+                report.unreadable_bytes += item.resume - pos
                 continue
-            layout = _layout_problem(data, pos, header, base, next_offset)
+            header = item
+            if deep:
+                layout = _layout_problem(data, pos, header, base, next_offset)
+            else:
+                layout = _offsets_problem(pos, header, base, next_offset)
             if layout is not None:
                 report.problem(*layout)
                 if layout[0] == "corrupt_batch":
-                    pos += header.length
                     continue
             report.batches += 1
             report.records += header.count
             positions[pos] = header.base_offset
             next_offset = header.next_offset
-            pos += header.length
     _verify_index(report, directory, base, positions, end, growing=last)
     return next_offset
 
@@ -329,6 +365,23 @@ def _layout_problem(
     except Exception as error:  # a body that passed its CRC yet does not decode
         return "corrupt_batch", name, pos, f"undecodable batch: {error}"
     offsets = batch.offsets
+    problem = _offsets_problem(pos, header, base, next_offset)
+    if problem is not None:
+        return problem
+    if len(offsets) and (
+        int(offsets[0]) < header.base_offset
+        or int(offsets[-1]) > header.last_offset
+        or (len(offsets) > 1 and not bool((offsets[1:] > offsets[:-1]).all()))
+    ):
+        return "offsets", name, pos, "record offsets inside the batch are out of order"
+    return None
+
+
+def _offsets_problem(
+    pos: int, header: Any, base: int, next_offset: int | None
+) -> tuple[str, str, int, str] | None:
+    """A batch's base offset below its segment's base or not after the batch before it."""
+    name = filenames.segment_name(base)
     if header.base_offset < base:
         return (
             "offsets",
@@ -343,13 +396,44 @@ def _layout_problem(
             pos,
             f"batch base offset {header.base_offset} is not after offset {next_offset - 1}",
         )
-    if len(offsets) and (
-        int(offsets[0]) < header.base_offset
-        or int(offsets[-1]) > header.last_offset
-        or (len(offsets) > 1 and not bool((offsets[1:] > offsets[:-1]).all()))
-    ):
-        return "offsets", name, pos, "record offsets inside the batch are out of order"
     return None
+
+
+def _verify_head(
+    report: VerifyReport, directory: str, newest: int, head: Head, data_next: int | None
+) -> None:
+    """Invariant 4: the head lies within the newest segment (``data_next``: the offset after
+    its batches, ``None`` when the log holds none)."""
+    name = filenames.WRITER_LOCK
+    if head.active_base != newest:
+        report.problem(
+            "head",
+            name,
+            None,
+            f"the head names segment {filenames.segment_name(head.active_base)}, but the "
+            f"newest segment is {filenames.segment_name(newest)}",
+        )
+        return
+    try:
+        size = os.path.getsize(segment_path(directory, newest))
+    except FileNotFoundError:
+        return  # removed while verifying: reported with the segments
+    if not HEADER_SIZE <= head.active_size <= size:
+        report.problem(
+            "head",
+            name,
+            None,
+            f"the head says segment {filenames.segment_name(newest)} holds {head.active_size} "
+            f"bytes, but its file has {size}",
+        )
+    expected = newest if data_next is None or data_next < newest else data_next
+    if head.end_offset != expected and not (head.precommit_pending and head.end_offset > expected):
+        report.problem(
+            "head",
+            name,
+            None,
+            f"the head's end offset is {head.end_offset}, but the data ends at offset {expected}",
+        )
 
 
 def _verify_index(
@@ -382,21 +466,42 @@ def _verify_index(
             "entries do not increase or point past the data (rebuilt on open and by repair)",
         )
         return
-    for number, (relative, position) in enumerate(entries.tolist()):
-        if position >= end:
-            continue  # an entry for a write in progress
-        found = positions.get(position)
-        if found != base + relative:
-            what = (
-                "no batch starts there"
-                if found is None
-                else f"the batch there starts at offset {found}"
-            )
-            report.problem(
-                "index",
-                name,
-                16 + 8 * number,
-                f"entry {number} maps offset {base + relative} to byte {position}, but {what} "
-                "(repair rebuilds the index)",
-            )
-            return
+    wrong = first_wrong_entry(entries[entries[:, 1] < end], base, positions.get)
+    if wrong is not None:
+        number, found = wrong
+        relative, position = entries[number].tolist()
+        what = (
+            "no batch starts there"
+            if found is None
+            else f"the batch there starts at offset {found}"
+        )
+        report.problem(
+            "index",
+            name,
+            16 + 8 * number,
+            f"entry {number} maps offset {base + relative} to byte {position}, but {what} "
+            "(repair rebuilds the index)",
+        )
+
+
+def check(
+    directory: str | os.PathLike[str],
+    *,
+    deep: bool = False,
+    writers_active: bool = True,
+    head_is_fact: bool = False,
+) -> VerifyReport:
+    """Assert the invariants of the log in ``directory`` (:func:`verify_log`): raises
+    :class:`~compactlog.errors.LogCheckError` listing every violation, each naming its file
+    and position; returns the report (counts, notes) when there is none. Cheap by default
+    (batch headers only); ``deep=True`` checks every CRC and decodes every batch."""
+    report = verify_log(
+        os.path.abspath(os.fspath(directory)),
+        writers_active=writers_active,
+        deep=deep,
+        head_is_fact=head_is_fact,
+        stuck_checkpoints=False,
+    )
+    if report.problems:
+        raise LogCheckError(report.path, [p.line() for p in report.problems], report.problems)
+    return report

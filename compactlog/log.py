@@ -769,6 +769,22 @@ class Log:
         self._check_open()
         remove_subscriber(self, name, force=force)
 
+    def check(self, *, deep: bool = False) -> None:
+        """Assert the log's invariants (``compactlog.invariants``: segment order, batches,
+        index entries, the head within the newest segment, checkpoints and the cleaner point
+        within bounds); raises :class:`~compactlog.errors.LogCheckError` listing every one
+        violated. Cheap by default (batch headers); ``deep=True`` checks every CRC too. A
+        writable log holds its writer's lock meanwhile (appends wait), so its head is
+        checked as a fact."""
+        from .invariants import check
+
+        writer = self.writer
+        if writer is None:
+            check(self.directory, deep=deep)
+            return
+        with writer.lock:
+            check(self.directory, deep=deep, head_is_fact=not writer.closed)
+
     # -- compaction and the latest state -------------------------------------------------
     def compact(
         self,

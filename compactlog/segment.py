@@ -138,13 +138,23 @@ class BatchWalk:
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:
         buf, pos, end, runs, crc = self.buf, self.pos, self.end, self.runs, self.crc
-        while pos < end:
-            item, reason = walk_step(buf, pos, end, runs, crc=crc)
-            if item is None:
-                self.pos, self.reason = pos, reason
-                return
-            yield pos, item
-            pos = item.end if runs is not None and isinstance(item, SmallRun) else pos + item.length
+        if runs is not None:
+            while pos < end:
+                item, reason = walk_step(buf, pos, end, runs, crc=crc)
+                if item is None:
+                    self.pos, self.reason = pos, reason
+                    return
+                yield pos, item
+                pos = item.end if isinstance(item, SmallRun) else pos + item.length
+        else:  # batch by batch (walk_step without runs, its call saved: the hottest loop)
+            check = check_batch if crc else read_batch_header
+            while pos < end:
+                header, reason = check(buf, pos, end)
+                if header is None:
+                    self.pos, self.reason = pos, reason
+                    return
+                yield pos, header
+                pos += header.length
         self.pos = pos
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import compactlog
 from compactlog import filenames
+from compactlog.errors import LogCheckError
 
 from .models import CrashState
 from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, rebooted
@@ -167,6 +168,10 @@ def _check_writable(
                 "a new append does not read back",
                 f"after appending at {end}, reading from it gave {back[:3]}",
             )
+        try:
+            log.check()  # (compactlog.invariants: segments, index, head, checkpoints)
+        except LogCheckError as error:
+            raise CheckFailed("an invariant does not hold after recovery", str(error)) from None
 
 
 def _check_log(
