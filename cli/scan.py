@@ -1,9 +1,10 @@
 """Whole-log inspections built on the library's own scanning (never a second parser).
 
-Batches are validated with ``compactlog.format.check_batch`` / ``decode_batch``, resynced
-with ``find_next_valid_batch``, read with ``compactlog.segment.SegmentReader``; file names
-are classified by ``compactlog.filenames.parse_filename``; state files are read through
-``compactlog.state_files``. This module only walks and reports.
+Batches are read with ``compactlog.segment.SegmentReader`` (offset ranges trimmed by
+``compactlog.reader.Wanted``), resynced with ``find_next_valid_batch``; file names are
+classified by ``compactlog.filenames.parse_filename``; state files are read through
+``compactlog.state_files``. ``verify`` is ``compactlog.invariants.verify_log``, the checks
+of ``Log.check()``. This module only walks and reports.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from compactlog.format import (
     find_next_valid_batch,
 )
 from compactlog.head import read_log_head
-from compactlog.invariants import Problem, VerifyReport, _Mapped, verify_log
+from compactlog.invariants import MappedFile, Problem, VerifyReport, verify_log
 from compactlog.reader import Wanted
 from compactlog.segment import (
     HEADER_SIZE,
@@ -200,7 +201,7 @@ def _as_corrupt(error: CompactLogError, path: str) -> CorruptLogError:
 
 
 def _next_valid(path: str, position: int) -> int | None:
-    with _Mapped(path) as data:
+    with MappedFile(path) as data:
         if not data:
             return None
         return find_next_valid_batch(data, position, len(data))

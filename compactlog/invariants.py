@@ -53,7 +53,7 @@ from .segment import (
 )
 
 
-class _Mapped:
+class MappedFile:
     """A read-only mapping of a whole file (``b""`` when empty), closed on exit."""
 
     def __init__(self, path: str) -> None:
@@ -281,7 +281,7 @@ def _verify_segment(
             f"{previous_next - 1})",
         )
     try:
-        mapped = _Mapped(path)
+        mapped = MappedFile(path)
     except FileNotFoundError:
         report.notes.append(f"{name}: removed while verifying (retention or cleaning)")
         return previous_next
