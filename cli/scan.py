@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactlog import filenames
+from compactlog.batch_decode import RecordBatch
 from compactlog.errors import CompactLogError, CorruptLogError
-from compactlog.format import (
-    RecordBatch,
-    find_next_valid_batch,
-)
+from compactlog.format import find_next_valid_batch
 from compactlog.head import read_log_head
 from compactlog.invariants import MappedFile, Problem, VerifyReport, verify_log
 from compactlog.reader import Wanted

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import filenames
+from .batch_decode import decode_batch
 from .errors import CompactLogError, LogCheckError
-from .format import SEGMENT_MAGIC, check_file_header, decode_batch
+from .format import SEGMENT_MAGIC, check_file_header
 from .head import Head, read_log_head
 from .recovery import closed_cleanly
 from .segment import (
