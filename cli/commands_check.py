@@ -17,7 +17,9 @@ def verify(path: str, as_json: bool) -> int:
     Checks every batch's CRC and layout (file header, decodable columns, offsets increasing
     within and across batches and segments), every index entry against the batch it points
     at, the meta file, subscriber checkpoints (readable, named right, not stuck below the log
-    start, not past the end) and the cleaner checkpoint. Read-only: safe beside live writers
+    start, not past the end), the cleaner checkpoint and, after a clean close, the head in
+    .lock (within the newest segment): the invariants of compactlog.invariants, which
+    Log.check() asserts. Read-only: safe beside live writers
     (bytes past what the writers have published are a write in progress, not a problem).
     On a snapshot it also checks every file against the manifest (size and CRC).
 

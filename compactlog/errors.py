@@ -101,6 +101,22 @@ class MissingSegmentError(CorruptLogError):
     """A segment file that the log needs is gone (offsets would have a hole)."""
 
 
+class LogCheckError(CorruptLogError):
+    """``Log.check()`` / ``invariants.check()`` found invariants violated: ``problems`` lists
+    them (each names its file and position, ``compactlog verify``'s problems); the error's
+    own path and position are the first one's."""
+
+    def __init__(self, directory: str, lines: list[str], problems: list[object]) -> None:
+        self.problems = problems
+        first = problems[0] if problems else None
+        where = getattr(first, "file", "") or ""
+        super().__init__(
+            f"{len(lines)} invariant(s) violated:\n  " + "\n  ".join(lines),
+            path=os.path.join(directory, where) if where else directory,
+            position=getattr(first, "position", None) or 0,
+        )
+
+
 class LogClosedError(CompactLogError):
     """An operation on a closed log or subscriber."""
 

@@ -771,6 +771,24 @@ class Log:
         self._check_open()
         remove_subscriber(self, name, force=force)
 
+    def check(self, *, deep: bool = False) -> None:
+        """Assert the log's invariants (``compactlog.invariants``: segment order, batches,
+        index entries, the head within the newest segment, checkpoints and the cleaner point
+        within bounds); raises :class:`~compactlog.errors.LogCheckError` listing every one
+        violated. Cheap by default (batch headers); ``deep=True`` checks every CRC too. A
+        writable log holds its writer's lock meanwhile (this process's appends wait) and
+        checks the head as a fact: with writers in other processes, call it while they are
+        quiet."""
+        from .invariants import check
+
+        self._check_open()
+        writer = self.writer
+        if writer is None:
+            check(self.directory, deep=deep)
+            return
+        with writer.lock:
+            check(self.directory, deep=deep, head_is_fact=True)
+
     # -- compaction and the latest state -------------------------------------------------
     def compact(
         self,

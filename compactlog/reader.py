@@ -17,7 +17,7 @@ listing stays a correct map from offsets to files until one of its names is miss
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from .batch_decode import RecordBatch
 from .errors import CorruptLogError, MissingSegmentError
@@ -31,22 +31,22 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
     consecutive small stored batches (single appends) comes back as one batch
     (:meth:`SegmentReader.runs`): callers work on offsets and columns, never on where
     stored batches begin."""
-    next_offset = start
+    wanted = Wanted(start, end)
     bases: list[int] | None = None  # the directory listing in use (None: list again)
     missing = 0  # segments found missing since a segment was last opened
-    while end is None or next_offset < end:
+    while end is None or wanted.next_offset < end:
         fresh = bases is None
         if bases is None:
             bases = list_segments(directory)
         if not bases:
             return
-        i = bisect.bisect_right(bases, next_offset) - 1
+        i = bisect.bisect_right(bases, wanted.next_offset) - 1
         if i < 0:
             i = 0
-            next_offset = bases[0]
+            wanted.next_offset = bases[0]
         base = bases[i]
         last = i == len(bases) - 1
-        position = lookup_position(read_index(directory, base), base, next_offset)
+        position = lookup_position(read_index(directory, base), base, wanted.next_offset)
         try:
             reader = SegmentReader(directory, base, last_segment=last)
         except MissingSegmentError:
@@ -58,21 +58,43 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
             continue
         missing = 0
         with reader:
-            for batch in _batches_from(reader, position, next_offset):
-                if batch.next_offset <= next_offset:
-                    continue
-                if end is not None and batch.base_offset >= end:
-                    return
-                trimmed = trim_batch(batch, next_offset, end)
-                next_offset = batch.next_offset
-                if len(trimmed):
-                    yield trimmed
+            yield from wanted.take(_batches_from(reader, position, wanted.next_offset))
+        if wanted.done:
+            return
         if last:
             bases = list_segments(directory)
             if not bases or bases[-1] <= base:
                 return
         else:
-            next_offset = max(next_offset, bases[i + 1])
+            wanted.next_offset = max(wanted.next_offset, bases[i + 1])
+
+
+class Wanted:
+    """The offsets of ``[start, end)`` not read yet: :meth:`take` trims the batches read to
+    them, in offset order (every reader of an offset range: :func:`iter_batches`, the CLI's
+    salvaging reader)."""
+
+    __slots__ = ("done", "end", "next_offset")
+
+    def __init__(self, start: int, end: int | None) -> None:
+        self.next_offset = start  # the first offset still wanted
+        self.end = end
+        self.done = False  # a batch at or past ``end`` was met: nothing more is wanted
+
+    def take(self, batches: Iterable[RecordBatch]) -> Iterator[RecordBatch]:
+        """``batches`` (in offset order) trimmed to the offsets wanted; batches wholly
+        before them are skipped, and the first at or past ``end`` ends it."""
+        end = self.end
+        for batch in batches:
+            if batch.next_offset <= self.next_offset:
+                continue
+            if end is not None and batch.base_offset >= end:
+                self.done = True
+                return
+            trimmed = trim_batch(batch, self.next_offset, end)
+            self.next_offset = batch.next_offset
+            if len(trimmed):
+                yield trimmed
 
 
 def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator[RecordBatch]:

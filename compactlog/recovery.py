@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from . import filenames, swap
 from .errors import CorruptLogError, LogLockedError, MissingSegmentError
-from .format import SEGMENT_FILE_HEADER, check_batch, find_next_valid_batch
+from .format import SEGMENT_FILE_HEADER
 from .fsio import FileSystem
 from .head import (
     SYNC_POINT_END,
@@ -60,12 +60,16 @@ from .head import (
 from .retention import remove_below_start
 from .segment import (
     HEADER_SIZE,
+    Damage,
+    batch_base_at,
     check_segment_header,
+    first_wrong_entry,
     index_is_consistent,
     list_segments,
     read_index,
     scan_segment,
     segment_path,
+    walk,
 )
 from .tail import rebuild_index
 
@@ -535,17 +539,11 @@ def _repair_segment(
         data = SEGMENT_FILE_HEADER
     keep: list[tuple[int, int]] = []  # valid batch ranges
     bad: list[tuple[int, int]] = []  # unreadable ranges
-    pos = HEADER_SIZE
-    while pos < len(data):
-        header, _reason = check_batch(data, pos, len(data))
-        if header is not None:
-            keep.append((pos, pos + header.length))
-            pos += header.length
-            continue
-        following = find_next_valid_batch(data, pos, len(data))
-        stop = len(data) if following is None else following
-        bad.append((pos, stop))
-        pos = stop
+    for pos, item in walk(data, HEADER_SIZE, len(data)):
+        if isinstance(item, Damage):
+            bad.append((pos, len(data) if item.resume is None else item.resume))
+        else:
+            keep.append((pos, pos + item.length))
     if bad:
         rewritten = SEGMENT_FILE_HEADER + b"".join(data[a:b] for a, b in keep)
         for a, b in bad:
@@ -574,11 +572,7 @@ def _repair_segment(
         result = None
     good = entries is not None and index_is_consistent(entries, len(data))
     if good and entries is not None:
-        for rel, pos in entries:
-            header = check_batch(data, int(pos), len(data))[0]
-            if header is None or header.base_offset != base + int(rel):
-                good = False
-                break
+        good = first_wrong_entry(entries, base, batch_base_at(data)) is None
     if not good and result is not None:
         report.fixes.append(f"rebuilt index {filenames.index_name(base)}")
         if not dry_run:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from .format import (
     check_batch,
     check_file_header,
     find_next_valid_batch,
+    read_batch_header,
 )
 from .fsio import FileSystem
 from .head import Head, read_log_head, read_sync_point
@@ -89,6 +90,104 @@ def check_segment_header(path: str, data: bytes) -> None:
         raise NotALogError(problem, path=path)
 
 
+# -- walking the batches -----------------------------------------------------------------
+
+
+def walk_step(
+    buf: Any, pos: int, end: int, runs: tuple[int, int] | None = None, *, crc: bool = True
+) -> tuple[BatchHeader | SmallRun | None, str]:
+    """What lies at ``pos``: with ``runs`` (record and byte limits), a run of small batches
+    (``format.scan_small_run``); else one batch (``check_batch``, or ``read_batch_header``
+    alone without ``crc``); ``(None, reason)`` when no valid batch starts there."""
+    if runs is not None:
+        run = scan_small_run(buf, pos, end, *runs)
+        if run is not None:
+            return run, ""
+    return check_batch(buf, pos, end) if crc else read_batch_header(buf, pos, end)
+
+
+class BatchWalk:
+    """Iterates ``(position, header)`` over the valid batches of ``buf[start:end]``, stopping
+    at the first invalid one; then ``pos`` is where it stopped and ``reason`` why ("" when it
+    reached ``end``). Every loop over a segment's batches is one of these (:func:`walk`,
+    :func:`scan_segment`, :class:`SegmentReader`, the subscriber, repair, verify). With
+    ``runs``, a run of small batches comes as one item whose header is the
+    :class:`SmallRun`; without ``crc``, headers are checked but bodies are not."""
+
+    __slots__ = ("buf", "crc", "end", "pos", "reason", "runs")
+
+    def __init__(
+        self,
+        buf: Any,
+        start: int,
+        end: int,
+        *,
+        runs: tuple[int, int] | None = None,
+        crc: bool = True,
+    ) -> None:
+        self.buf = buf
+        self.pos = start
+        self.end = end
+        self.runs = runs
+        self.crc = crc
+        self.reason = ""
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        buf, pos, end, runs, crc = self.buf, self.pos, self.end, self.runs, self.crc
+        if runs is not None:
+            while pos < end:
+                item, reason = walk_step(buf, pos, end, runs, crc=crc)
+                if item is None:
+                    self.pos, self.reason = pos, reason
+                    return
+                yield pos, item
+                pos = item.end if isinstance(item, SmallRun) else pos + item.length
+        else:  # batch by batch (walk_step without runs, its call saved: the hottest loop)
+            check = check_batch if crc else read_batch_header
+            while pos < end:
+                header, reason = check(buf, pos, end)
+                if header is None:
+                    self.pos, self.reason = pos, reason
+                    return
+                yield pos, header
+                pos += header.length
+        self.pos = pos
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Invalid bytes met by :func:`walk`: from ``position`` to ``resume``, the next valid
+    batch, or to the end when ``resume`` is ``None`` (nothing valid follows, or the damage
+    lies past ``tolerate_from``: a torn tail either way)."""
+
+    position: int
+    resume: int | None
+    reason: str
+
+
+def walk(
+    buf: Any, start: int, end: int, *, tolerate_from: int | None = None, crc: bool = True
+) -> Iterator[tuple[int, BatchHeader | Damage]]:
+    """Every batch of ``buf[start:end]`` and every damaged region between them, in order:
+    after a :class:`Damage` the walk resumes at the next valid batch
+    (``format.find_next_valid_batch``), except at or past ``tolerate_from`` (past the sync
+    point of the newest segment, where a power loss may have kept later unsynced writes and
+    lost earlier ones), where invalid bytes end it like a torn tail."""
+    tolerate = end + 1 if tolerate_from is None else tolerate_from
+    pos = start
+    while pos < end:
+        batches = BatchWalk(buf, pos, end, crc=crc)
+        yield from batches
+        pos = batches.pos
+        if pos >= end:
+            return
+        resume = None if pos >= tolerate else find_next_valid_batch(buf, pos, end)
+        yield pos, Damage(pos, resume, batches.reason)
+        if resume is None:
+            return
+        pos = resume
+
+
 # -- scanning ----------------------------------------------------------------------------
 
 
@@ -123,19 +222,17 @@ def scan_segment(
     valid data like a torn tail.
     """
     end = len(data)
-    pos = start
+    valid_end = start
     next_offset: int | None = None
     first_ts: int | None = None
     entries: list[tuple[int, int]] = []
     last_entry_pos = last_indexed
     tolerate = end + 1 if tolerate_from is None else tolerate_from
-    while pos < end:
-        header, reason = check_batch(data, pos, end)
-        if header is None:
-            following = None if pos >= tolerate else find_next_valid_batch(data, pos, end)
-            if following is not None:
+    for pos, header in walk(data, start, end, tolerate_from=tolerate_from):
+        if isinstance(header, Damage):
+            if header.resume is not None:
                 raise CorruptLogError(
-                    f"{reason}; valid data follows at byte {origin + following}",
+                    f"{header.reason}; valid data follows at byte {origin + header.resume}",
                     path=path,
                     position=origin + pos,
                 )
@@ -156,8 +253,8 @@ def scan_segment(
             entries.append((header.base_offset, pos))
             last_entry_pos = pos
         next_offset = header.next_offset
-        pos += header.length
-    return ScanResult(pos, next_offset, 0, first_ts, entries)
+        valid_end = pos + header.length
+    return ScanResult(valid_end, next_offset, 0, first_ts, entries)
 
 
 # -- the sparse index --------------------------------------------------------------------
@@ -213,6 +310,30 @@ def index_is_consistent(entries: np.ndarray | None, data_end: int) -> bool:
         and pos[0] >= HEADER_SIZE
         and pos[-1] < data_end
     )
+
+
+def first_wrong_entry(
+    entries: np.ndarray, base: int, batch_at: Callable[[int], int | None]
+) -> tuple[int, int | None] | None:
+    """The first index entry that does not point at a batch starting at its offset, as
+    ``(entry number, base offset of the batch there or None)``; ``None`` when all do.
+    ``batch_at`` gives the base offset of the valid batch at a position (:func:`batch_base_at`,
+    or the positions a walk saw)."""
+    for number, (relative, position) in enumerate(entries.tolist()):
+        found = batch_at(position)
+        if found != base + relative:
+            return number, found
+    return None
+
+
+def batch_base_at(data: Any) -> Callable[[int], int | None]:
+    """:func:`first_wrong_entry`'s ``batch_at`` for a segment's bytes (CRC checked)."""
+
+    def at(position: int) -> int | None:
+        header = check_batch(data, position, len(data))[0]
+        return None if header is None else header.base_offset
+
+    return at
 
 
 def write_index(
@@ -354,22 +475,15 @@ class SegmentReader:
             return
         while pos < size:
             buffer = read_all(self.fd, pos, min(READ_CHUNK, size - pos))
-            cursor = 0
-            while cursor < len(buffer):
-                if runs is not None:
-                    run = scan_small_run(buffer, cursor, len(buffer), *runs)
-                    if run is not None:
-                        yield pos + cursor, run, buffer, cursor
-                        cursor = run.end
-                        continue
-                header, reason = check_batch(buffer, cursor, len(buffer))
-                if header is None:
-                    if reason.startswith("incomplete") and pos + len(buffer) < size:
-                        break  # the batch straddles the chunk: read on from its start
-                    self._bad_batch(pos + cursor, reason, size)
-                    return
-                yield pos + cursor, header, buffer, cursor
-                cursor += header.length
+            batches = BatchWalk(buffer, 0, len(buffer), runs=runs)
+            for at, item in batches:
+                yield pos + at, item, buffer, at
+            cursor = batches.pos
+            reason = batches.reason
+            # an incomplete batch that straddles the chunk: read on from its start
+            if reason and not (reason.startswith("incomplete") and pos + len(buffer) < size):
+                self._bad_batch(pos + cursor, reason, size)
+                return
             if cursor == 0:
                 # one batch larger than a chunk: fetch it whole
                 header, reason = check_batch(read_all(self.fd, pos, size - pos), 0, size - pos)
@@ -404,25 +518,18 @@ class SegmentReader:
         """
         mapped = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
         released = 0  # pages below this were handed back (see below)
-        while pos < size:
-            run = scan_small_run(mapped, pos, size, *runs) if runs is not None else None
-            if run is not None:
-                yield pos, run, mapped, pos
-                pos = run.end
-            else:
-                header, reason = check_batch(mapped, pos, size)
-                if header is None:
-                    self._bad_batch(pos, reason, size)
-                    return
-                yield pos, header, mapped, pos
-                pos += header.length
-            if pos - released >= RELEASE_BYTES:
+        batches = BatchWalk(mapped, pos, size, runs=runs)
+        for at, item in batches:
+            if at - released >= RELEASE_BYTES:
                 # drop what was read from this process's resident set: the pages stay in the
                 # page cache, and a batch still holding a view of them faults them back in
                 # from the unchanged file, so a long scan does not grow the RSS by the file
-                end = pos // mmap.PAGESIZE * mmap.PAGESIZE
-                mapped.madvise(mmap.MADV_DONTNEED, released, end - released)
-                released = end
+                done = at // mmap.PAGESIZE * mmap.PAGESIZE
+                mapped.madvise(mmap.MADV_DONTNEED, released, done - released)
+                released = done
+            yield at, item, mapped, at
+        if batches.reason:
+            self._bad_batch(batches.pos, batches.reason, size)
 
     def _bad_batch(self, pos: int, reason: str, size: int) -> None:
         """An invalid batch: a not-yet-complete tail of the newest segment ends the read,

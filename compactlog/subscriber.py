@@ -100,9 +100,10 @@ from .segment import (
     segment_path,
     unsynced_from,
     unsynced_header,
+    walk_step,
 )
 from .serde import RAW, Serde
-from .small_runs import decode_small_run, scan_small_run
+from .small_runs import SmallRun, decode_small_run
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
 from .tail import batch_at
 
@@ -1094,26 +1095,25 @@ class Subscriber:
             cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))
             cursor.buf_start = cursor.pos
             offset = 0
-        run = None
+        runs = None
         if room > 1:
-            run_bytes = RUN_BYTES if room_bytes is None else room_bytes
-            run = scan_small_run(cursor.buf, offset, len(cursor.buf), room, run_bytes)
-        if run is not None:
+            runs = (room, RUN_BYTES if room_bytes is None else room_bytes)
+        header, reason = walk_step(cursor.buf, offset, len(cursor.buf), runs)
+        if isinstance(header, SmallRun):
             try:
-                batch = decode_small_run(cursor.buf, run)
+                batch = decode_small_run(cursor.buf, header)
             except Exception:  # a body that passed its CRC yet does not decode
                 return self._next_batch(cursor, limit, 1, None)  # one at a time: says where
             batch.position = cursor.pos
-            cursor.pos += run.end - offset
+            cursor.pos += header.end - offset
             return batch
-        header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
         if header is None and reason.startswith("incomplete"):
             partial, _ = read_batch_header(cursor.buf, offset, 1 << 62)
             want = max(READ_CHUNK, partial.length if partial is not None else 0)
             cursor.buf = read_all(cursor.fd, cursor.pos, min(want, limit - cursor.pos))
             cursor.buf_start = cursor.pos
             offset = 0
-            header, reason = check_batch(cursor.buf, offset, len(cursor.buf))
+            header, reason = walk_step(cursor.buf, offset, len(cursor.buf))
         if header is None:
             if cursor.pos >= unsynced_from(self.directory, cursor.base):
                 return None  # after a power loss, before the next writer cuts it (head.py)

@@ -152,6 +152,7 @@ def test_a_foreign_meta_file_is_refused(tmp_path):
         compactlog.open(tmp_path)
 
 
+@pytest.mark.leaves_damage
 def test_a_newer_format_is_refused(log_dir):
     with compactlog.open(log_dir) as log:
         log.append(b"k", b"v")
@@ -162,6 +163,7 @@ def test_a_newer_format_is_refused(log_dir):
         compactlog.open(log_dir)
 
 
+@pytest.mark.leaves_damage
 def test_a_segment_with_a_foreign_header_is_refused(log_dir):
     with compactlog.open(log_dir, segment_bytes=1024) as log:
         for i in range(40):
@@ -218,6 +220,7 @@ def test_bit_flip_in_a_middle_batch_stops_an_unclean_open(log_dir):
     assert segment.stat().st_size == size  # valid data behind the damage is not truncated
 
 
+@pytest.mark.leaves_damage
 def test_truncated_batch_in_the_middle_is_corruption_not_a_torn_tail(log_dir):
     segment, batches = five_batches(log_dir)
     position, length = batches[2]
@@ -234,6 +237,7 @@ def test_truncated_batch_in_the_middle_is_corruption_not_a_torn_tail(log_dir):
     assert segment.stat().st_size == size
 
 
+@pytest.mark.leaves_damage
 def test_truncated_batch_in_the_middle_is_found_with_a_dense_index(log_dir):
     segment, batches = five_batches(log_dir, index_interval_bytes=1)
     position, _length = batches[1]

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import compactlog
+from compactlog.invariants import check
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock
@@ -155,7 +156,9 @@ def test_random_histories_match_the_model(tmp_path_factory, steps):
                 log.close()
                 log = compactlog.open(path, clock=clock)
             records = check_log(log, model)
+            log.check()
 
             assert [r.offset for r in records] == expected.present(model)
     finally:
         log.close()
+    check(path, deep=True)

@@ -262,6 +262,7 @@ def test_the_installed_append_reads_like_log_append(log_dir):
         log.append(b"k", b"v")
 
 
+@pytest.mark.leaves_damage
 def test_a_refresh_that_fails_lets_other_writers_go_on(log_dir):
     """A shared writer that takes the flock, finds another writer moved the log and fails
     to catch up (its active segment is gone) must release the flock, or every other

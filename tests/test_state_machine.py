@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import compactlog
+from compactlog.invariants import check
 from compactlog.segment import list_segments
 
 from .helpers import FakeClock
@@ -30,7 +31,9 @@ class LogMachine(RuleBasedStateMachine):
         self.log = compactlog.open(self.directory, clock=self.clock, **self.config)
 
     def teardown(self) -> None:
+        self.log.check()
         self.log.close()
+        check(self.directory, deep=True)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     @rule(key=KEYS, value=VALUES, headers=HEADERS)
@@ -96,6 +99,7 @@ class LogMachine(RuleBasedStateMachine):
         assert columns == len(self.model)
         bases = list_segments(self.directory)
         assert bases == sorted(set(bases)) and (not self.model or bases[0] == 0)
+        self.log.check()
 
 
 LogMachine.TestCase.settings = settings(

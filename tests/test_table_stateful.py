@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 import compactlog
+from compactlog.invariants import check
 from compactlog.latest import latest_dict
 
 from .test_table import Writer
@@ -43,6 +44,7 @@ class TableMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.table.close()
         self.writer.close()
+        check(self.directory, deep=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     @rule(key=KEYS, value=VALUES)
