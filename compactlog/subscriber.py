@@ -77,7 +77,7 @@ from .errors import (
     SubscriberBusyError,
     SubscriberError,
 )
-from .format import SEGMENT_FILE_HEADER, check_batch, read_batch_header
+from .format import SEGMENT_FILE_HEADER, read_batch_header
 from .head import (
     DOORBELL,
     Head,
