@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .format import FORMAT_VERSION, Record, RecordBatch
     from .log import Log, SettingIgnoredWarning
     from .log import open_log as open
-    from .recovery import RepairReport, repair
+    from .recovery import RepairReport
+    from .repair_log import repair
     from .snapshot import Snapshot
     from .subscriber import Subscriber
     from .table import Table
@@ -61,7 +62,7 @@ _LAZY = {
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
     "Table": ("table", "Table"),
-    "repair": ("recovery", "repair"),
+    "repair": ("repair_log", "repair"),
 }
 
 

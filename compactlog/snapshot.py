@@ -26,8 +26,6 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +43,7 @@ from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segm
 from .state_files import read_cleaner_state, read_meta
 
 if TYPE_CHECKING:
-    from .log import Log
+    from .logview import LogView
 
 MANIFEST = "snapshot.json"
 MANIFEST_MAGIC = "compactlog-snapshot"
@@ -155,7 +153,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> Snapshot:
 # -- taking a snapshot ----------------------------------------------------------------
 
 
-def take_snapshot(log: Log, dest: str | os.PathLike[str], *, durable: bool = True) -> Snapshot:
+def take_snapshot(log: LogView, dest: str | os.PathLike[str], *, durable: bool = True) -> Snapshot:
     """Make a consistent copy of ``log`` as of its end offset now, at ``dest``.
 
     ``durable=False`` skips every fsync (steps 3-5) for a snapshot that only serves as a
@@ -242,7 +240,7 @@ class _Linked:
     active_fd: int
 
 
-def _link_closed(log: Log, partial: str, durable: bool) -> _Linked:
+def _link_closed(log: LogView, partial: str, durable: bool) -> _Linked:
     """Step 2: everything that must be read under the cleaner lock."""
     source = log.directory
     head = read_log_head(source)
@@ -438,18 +436,6 @@ def verify_manifest(directory: str | os.PathLike[str]) -> list[str]:
         if kind in (filenames.FileKind.SEGMENT, filenames.FileKind.INDEX) and name not in listed:
             problems.append(f"{name}: not listed in snapshot.json (added after the snapshot)")
     return problems
-
-
-@contextmanager
-def opened(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """``compactlog.open(path, read_only=True)`` as a context manager."""
-    from .log import open_log
-
-    log = open_log(path, read_only=True, create=False)
-    try:
-        yield log
-    finally:
-        log.close()
 
 
 __all__ = [

@@ -16,16 +16,28 @@ from __future__ import annotations
 
 import errno as errnos
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from .. import swap
 from ..errors import CompactionError, CompactionWriteError, CompactLogError, DiskFullError
 from ..fsio import FileSystem
-
-if TYPE_CHECKING:
-    from .cleaner import _GroupWriter
+from .dirty import Segment
 
 DISK_FULL = frozenset({errnos.ENOSPC, errnos.EDQUOT})
+
+
+class Group(Protocol):
+    """What :func:`roll_back` reads of the cleaner's group writer (``cleaner._GroupWriter``),
+    named here so that this module does not import the cleaner back."""
+
+    @property
+    def segments(self) -> Sequence[Segment]: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def installing(self) -> bool: ...
+    def discard(self) -> None: ...
 
 
 class WriteFailed(Exception):
@@ -137,7 +149,7 @@ class GuardedFS(FileSystem):
             raise WriteFailed("write", os.path.join(directory, name), error) from error
 
 
-def roll_back(fs: FileSystem, directory: str, group: _GroupWriter, failure: WriteFailed) -> None:
+def roll_back(fs: FileSystem, directory: str, group: Group, failure: WriteFailed) -> None:
     """Undo the group a write failed in, and note on ``failure`` what was done.
 
     Before the swap (``group.installing`` false) the group's ``.rw`` files go. During it,

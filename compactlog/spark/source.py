@@ -24,21 +24,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .input_partition import CompactLogPartition
 from .options import ReadOptions, parse_options, schema_ddl
 from .user_errors import ours
-
-
-class CompactLogPartition(InputPartition):
-    """One task's offsets ``[start, end)`` of the snapshot being read."""
-
-    def __init__(self, index: int, start: int, end: int) -> None:
-        super().__init__(index)
-        self.index = index
-        self.start = start
-        self.end = end
-
-    def __repr__(self) -> str:
-        return f"CompactLogPartition({self.index}, offsets {self.start}..{self.end})"
 
 
 class CompactLogReader(DataSourceReader):
@@ -110,7 +98,7 @@ class CompactLogDataSource(DataSource):
     @ours
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
-        from .writer import make_writer
+        from .partitioned import make_writer
 
         return make_writer(self.options, schema, overwrite)
 

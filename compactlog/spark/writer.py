@@ -36,7 +36,6 @@ from ..arrow.encode import (
     LogEncoding,
     check_write_schema,
     encode_rows,
-    log_encoding,
     normalize,
 )
 from ..errors import CompactLogError, ConfigError
@@ -368,29 +367,6 @@ def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, li
     return files
 
 
-def make_writer(raw_options: Mapping[str, str], schema: Any, overwrite: bool) -> Any:
-    """What ``DataSource.writer`` returns: checks mode and columns, starts the job."""
-    from .arrow import target_schema
-
-    options = parse_write_options(raw_options)
-    if overwrite:
-        raise WriteRefusedByModeError(
-            f"mode('overwrite') is refused for {options.path}: a log is append-only. Use "
-            "mode('append'); to replace every key's value append new records (a compacted "
-            "log keeps the latest), or write to a new path"
-        )
-    check_write_schema(target_schema(schema))
-    if options.num_logs is not None:
-        from .partitioned import PartitionedWriter, prepare_partitioned
-
-        logs = prepare_partitioned(options.path, options.num_logs)
-        encodings = {log: log_encoding(log) for log in logs}
-        return PartitionedWriter(options, start_job(options.staging_dir), encodings)
-    ensure_log(options.path)
-    encodings = {options.path: log_encoding(options.path)}
-    return CompactLogWriter(options, start_job(options.staging_dir), encodings)
-
-
 __all__ = [
     "CompactLogWriter",
     "LogEncoding",
@@ -400,6 +376,5 @@ __all__ = [
     "WriteRefusedByModeError",
     "check_write_schema",
     "commit_staged",
-    "make_writer",
     "parse_write_options",
 ]
