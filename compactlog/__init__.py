@@ -33,6 +33,7 @@ from .errors import (
     NotALogError,
     ReadOnlyLogError,
     RecordTooLargeError,
+    SettingIgnoredWarning,
     SubscriberBusyError,
     SubscriberError,
     UnsafeChangeError,
@@ -42,7 +43,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .compaction.stats import CleanerStats
     from .format import FORMAT_VERSION, Record, RecordBatch
-    from .log import Log, SettingIgnoredWarning
+    from .log import Log
     from .log import open_log as open
     from .recovery import RepairReport
     from .repair_log import repair
@@ -56,7 +57,6 @@ _LAZY = {
     "RecordBatch": ("format", "RecordBatch"),
     "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
-    "SettingIgnoredWarning": ("log", "SettingIgnoredWarning"),
     "Snapshot": ("snapshot", "Snapshot"),
     "Subscriber": ("subscriber", "Subscriber"),
     "open": ("log", "open_log"),

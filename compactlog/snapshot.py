@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import filenames
-from .errors import CompactLogError, NotALogError
+from .errors import NotALogError, SnapshotError
 from .format import (
     FORMAT_VERSION,
     INDEX_ENTRY,
@@ -51,10 +51,6 @@ MANIFEST_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
 COPY_CHUNK = 8 << 20
 CRC_CHUNK = 64 << 20
-
-
-class SnapshotError(CompactLogError):
-    """A snapshot could not be taken, or a directory is not a valid snapshot."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,13 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from .errors import CompactLogError
+from .errors import TableFullError
 from .format import RecordBatch
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 _MISSING = object()
 
 Change = tuple[Any, Any, Any, int]  # (key, old, new, offset); None: absent / removed
-
-
-class TableFullError(CompactLogError, MemoryError):
-    """The in-memory table would exceed ``max_bytes``."""
 
 
 class MemoryStore:

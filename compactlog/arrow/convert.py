@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CompactLogError
+from ..errors import ValueDecodeError
 from ..format import RecordBatch, concat_columns, decode_headers
 
 METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
@@ -46,10 +46,6 @@ RECORD_SCHEMA = pa.schema(
         pa.field("headers", HEADERS_TYPE),
     ]
 )
-
-
-class ValueDecodeError(CompactLogError):
-    """A value could not be decoded as the requested ``valueFormat``."""
 
 
 @dataclass(slots=True)

@@ -68,7 +68,7 @@ import numpy as np
 
 from .. import filenames, swap
 from ..config import LogConfig
-from ..errors import CompactLogError, CorruptLogError
+from ..errors import Aborted, CompactLogError, CorruptLogError
 from ..format import CODECS, RecordBatch
 from ..fsio import FileSystem
 from ..segment import (
@@ -96,10 +96,6 @@ WINDOW_BYTES = 8 << 20  # bytes of batches held at once
 # most 4 bytes per map key; a longer head (many versions per key) is looked up by digest
 BITMAP_OFFSETS_PER_KEY = 32
 WRITEBACK_CHUNK = 8 << 20  # start writing a rewrite back every this many bytes
-
-
-class Aborted(Exception):
-    """``should_abort`` returned true."""
 
 
 class Throttler:

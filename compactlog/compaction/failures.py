@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .. import swap
-from ..errors import CompactionError, CompactionWriteError, CompactLogError, DiskFullError
+from ..errors import (
+    CompactionError,
+    CompactionWriteError,
+    CompactLogError,
+    DiskFullError,
+    WriteFailed,
+)
 from ..fsio import FileSystem
 from .dirty import Segment
 
@@ -38,20 +44,6 @@ class Group(Protocol):
     @property
     def installing(self) -> bool: ...
     def discard(self) -> None: ...
-
-
-class WriteFailed(Exception):
-    """Internal: a write of the pass failed (``error`` is the ``OSError``)."""
-
-    def __init__(self, operation: str, path: str | None, error: OSError) -> None:
-        self.operation = operation
-        self.path = path
-        self.error = error
-        self.needed_bytes = 0  # the group's input bytes, when a group was being written
-        self.written_bytes = 0
-        self.group = ""  # "segments A..B", when a group was being written
-        self.rollback: list[str] = []
-        super().__init__(f"{operation} {path}: {error}")
 
 
 class GuardedFS(FileSystem):

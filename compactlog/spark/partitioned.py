@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
 
-from ..errors import ConfigError
+from ..arrow.encode import log_encoding
+from ..errors import ConfigError, WriteRefusedByModeError
 from .logdirs import (
     PARTITION_COLUMN,
     is_partitioned,
@@ -37,10 +38,8 @@ from .options import ReadOptions
 from .writer import (
     CompactLogWriter,
     StagedFile,
-    WriteRefusedByModeError,
     check_write_schema,
     ensure_log,
-    log_encoding,
     parse_write_options,
     stage_task,
     start_job,

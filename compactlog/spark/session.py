@@ -12,11 +12,7 @@ import shutil
 import sys
 from typing import Any
 
-from ..errors import CompactLogError
-
-
-class SparkUnavailableError(CompactLogError):
-    """Spark cannot start here (pyspark not installed, or no ``java``)."""
+from ..errors import SparkUnavailableError
 
 
 def worker_python_env() -> None:

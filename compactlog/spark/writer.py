@@ -38,7 +38,7 @@ from ..arrow.encode import (
     encode_rows,
     normalize,
 )
-from ..errors import CompactLogError, ConfigError
+from ..errors import ConfigError, StagedFileError, WriteRefusedByModeError
 from ..format import STAGING_FILE_HEADER, EncodedBatch, read_staged_batches
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
@@ -47,10 +47,6 @@ STAGING_DIR = ".spark-staging"
 COMMIT_FILE = "COMMIT"
 STAGED_SUFFIX = ".batches"
 PARTIAL_SUFFIX = ".partial"
-
-
-class WriteRefusedByModeError(ConfigError):
-    """``mode("overwrite")`` on a log: a log is append-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +187,6 @@ def stage_task(
 
 
 # -- appending (driver) ---------------------------------------------------------------
-
-
-class StagedFileError(CompactLogError):
-    """A staged file that does not hold what its task reported (damaged or truncated):
-    the commit refuses the job before appending anything."""
 
 
 class CheckedStaging:
