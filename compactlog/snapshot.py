@@ -38,6 +38,7 @@ from .format import (
     SEGMENT_FILE_HEADER,
     crc32c,
 )
+from .fsio import fsync_dir, fsync_file
 from .head import read_log_head
 from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path
 from .state_files import read_cleaner_state, read_meta
@@ -210,14 +211,14 @@ def take_snapshot(log: LogView, dest: str | os.PathLike[str], *, durable: bool =
         )
         # 4.
         if durable:
-            _fsync_dir(partial)
+            fsync_dir(partial)
             log.fs.write_atomic(partial, MANIFEST, _manifest_bytes(snapshot))
         else:  # nothing reads <dest>.partial, so the manifest needs no rename either
             _write_new(os.path.join(partial, MANIFEST), _manifest_bytes(snapshot), False)
         # 5.
         os.rename(partial, dest)
         if durable:
-            _fsync_dir(parent)
+            fsync_dir(parent)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -342,7 +343,7 @@ def _link_or_copy(source: str, target: str, durable: bool) -> SnapshotFile:
             raise
         shutil.copyfile(source, target)
         if durable:
-            _fsync_file(target)
+            fsync_file(target)
         linked = False
     size, crc = file_crc(target)
     return SnapshotFile(os.path.basename(target), size, crc, linked)
@@ -364,22 +365,6 @@ def _write_new(path: str, data: bytes, durable: bool) -> None:
             view = view[written:]
         if durable:
             os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
 
