@@ -46,7 +46,7 @@ from .state_files import read_cleaner_state, read_meta
 if TYPE_CHECKING:
     from .logview import LogView
 
-MANIFEST = "snapshot.json"
+MANIFEST = filenames.SNAPSHOT_MANIFEST
 MANIFEST_MAGIC = "compactlog-snapshot"
 MANIFEST_VERSION = 1
 PARTIAL_SUFFIX = ".partial"

@@ -30,10 +30,9 @@ import json
 import os
 
 from . import filenames
+from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, scan_segment, segment_path, write_index
-
-SWAP_INTENT = "cleaner.swap"
 
 
 def replace_segments(fs: FileSystem, directory: str, first: int, others: list[int]) -> None:

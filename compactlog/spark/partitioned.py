@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
 
+from .. import filenames
 from ..arrow.encode import log_encoding
 from ..errors import ConfigError, WriteRefusedByModeError
 from .logdirs import (
@@ -54,7 +55,7 @@ def prepare_partitioned(table: str, count: int) -> list[str]:
     or a directory with another number of logs."""
     from ..log import open_log
 
-    if os.path.exists(os.path.join(table, "meta")):
+    if os.path.exists(os.path.join(table, filenames.META)):
         raise ConfigError(
             f"{table} is a single log: numLogs writes a directory of logs (use another path, "
             "or drop numLogs to append to this log)"
@@ -68,7 +69,7 @@ def prepare_partitioned(table: str, count: int) -> list[str]:
         )
     directories = [partition_dir(table, i) for i in range(count)]
     for directory in directories:
-        if not os.path.exists(os.path.join(directory, "meta")):
+        if not os.path.exists(os.path.join(directory, filenames.META)):
             open_log(directory).close()
     return directories
 

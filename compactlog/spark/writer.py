@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from .. import filenames
 from ..arrow.encode import (
     APPEND_RECORDS,
     LogEncoding,
@@ -309,7 +310,7 @@ def ensure_log(path: str) -> None:
     """Create the log at ``path`` if it does not exist yet (a write to a new path)."""
     from ..log import open_log
 
-    if not os.path.exists(os.path.join(path, "meta")):
+    if not os.path.exists(os.path.join(path, filenames.META)):
         open_log(path).close()
 
 
