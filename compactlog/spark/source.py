@@ -2,8 +2,10 @@
 
 Spark pickles these classes by reference and imports this module in every Python worker,
 so it must have no import-time side effects: it defines classes and nothing else (no
-session, no environment changes, no file access). A stream reader and a writer will sit
-beside :class:`CompactLogReader` (``DataSource.streamReader`` / ``writer``).
+session, no environment changes, no file access). :class:`CompactLogDataSource` hands
+out the batch reader defined here, the partitioned reader (``partitioned.py``), the stream
+reader (``stream.py``) and the writer (``writer.py``, chosen in ``partitioned.make_writer``);
+a task's offsets are :class:`~.input_partition.CompactLogPartition`.
 
 Every entry point is decorated with :func:`~.user_errors.ours`, so a compactlog error
 reaches the user as our message right after Spark's prefix, not a traceback.
