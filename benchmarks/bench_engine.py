@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import compactlog
-from compactlog.format import encode_batch
+from compactlog.batch_encode import encode_batch
 
 from .common import (
     Measurement,

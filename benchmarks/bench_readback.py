@@ -5,7 +5,7 @@ written by its own ``log.append`` (so every record is a one-record batch on disk
 JLog's users and most changelog producers write). The values are one repeated 100-byte
 string (as in ``bench_jlog``) or, with ``--random-values``, random bytes: the first lets the
 reader check the CRCs of a run with table lookups on the few byte columns that vary
-(``format.rows_crcs``), the second costs one ``crc32c`` call per batch. With
+(``row_crcs.rows_crcs``), the second costs one ``crc32c`` call per batch. With
 ``--varied-sizes`` the values are random bytes of a random length from 50 to 150 (so the
 stored batches differ in length from append to append, and the reader cannot treat a run
 as rows of one length). Then, each the median of ``repeat`` full scans:

@@ -16,15 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactlog import filenames
+from compactlog.batch_decode import RecordBatch, decode_batch
 from compactlog.errors import CompactLogError, CorruptLogError
-from compactlog.format import (
-    SEGMENT_MAGIC,
-    RecordBatch,
-    check_batch,
-    check_file_header,
-    decode_batch,
-    find_next_valid_batch,
-)
+from compactlog.format import SEGMENT_MAGIC, check_batch, check_file_header, find_next_valid_batch
 from compactlog.head import read_log_head
 from compactlog.reader import trim_batch
 from compactlog.segment import (

@@ -41,8 +41,9 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .batch_decode import Record, RecordBatch
     from .compaction.stats import CleanerStats
-    from .format import FORMAT_VERSION, Record, RecordBatch
+    from .format import FORMAT_VERSION
     from .log import Log
     from .log import open_log as open
     from .recovery import RepairReport
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
-    "Record": ("format", "Record"),
-    "RecordBatch": ("format", "RecordBatch"),
+    "Record": ("batch_decode", "Record"),
+    "RecordBatch": ("batch_decode", "RecordBatch"),
     "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
     "Snapshot": ("snapshot", "Snapshot"),

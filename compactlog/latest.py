@@ -8,8 +8,8 @@ distinct key); pass 2 keeps each non-tombstone record that is its key's latest i
 head, or lies in the tail with a key the head does not hold
 (:class:`~compactlog.headindex.HeadIndex`, also the Spark source's rule; no key is hashed
 in pass 2 when the head is empty). Both passes are columnar
-(:func:`latest_batches` yields filtered :class:`~compactlog.format.RecordBatch` objects);
-:func:`latest_records` turns them into :class:`~compactlog.format.Record` objects.
+(:func:`latest_batches` yields filtered :class:`~compactlog.batch_decode.RecordBatch` objects);
+:func:`latest_records` turns them into :class:`~compactlog.batch_decode.Record` objects.
 
 Consistency: every segment overlapping the range is opened before pass 1 and both passes
 read those descriptors, so a cleaner swapping segments meanwhile (or retention removing
@@ -31,9 +31,8 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .compaction.columns import filter_batch
+from .batch_decode import Record, RecordBatch, filter_batch
 from .errors import InexactReadError, MissingSegmentError
-from .format import Record, RecordBatch
 from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments
 from .state_files import read_cleaner_state

@@ -22,6 +22,8 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any
 
 from . import filenames, recovery, retention
+from .batch_decode import Record, RecordBatch
+from .batch_encode import EncodedBatch, encode_batch, encode_within_segment
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
 from .errors import (
     CompactLogError,
@@ -35,7 +37,7 @@ from .errors import (
     RecordTooLargeError,
     SettingIgnoredWarning,
 )
-from .format import CODECS, EncodedBatch, Record, RecordBatch, encode_batch, encode_headers
+from .format import CODECS, encode_headers
 from .fsio import DEFAULT_FS, FileSystem, make_directories
 from .head import (
     lock_exclusive,
@@ -51,7 +53,7 @@ from .segment import list_segments, segment_data_size
 from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
-from .writer import SegmentWriter, encode_within_segment
+from .writer import SegmentWriter
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
     from .compaction.stats import CleanerStats
@@ -628,14 +630,14 @@ class Log:
                 )
 
     def append_encoded(self, batches: Sequence[EncodedBatch]) -> range:
-        """Append batches already encoded (``format.encode_batch``/``encode_columns``)
+        """Append batches already encoded (``batch_encode.encode_batch``/``encode_columns``)
         back to back, under one hold of the writers' lock; returns their offsets.
 
         Internal but public: the path of :meth:`append_batch` after encoding, and of
         writers that encode elsewhere and in parallel (the Spark writer's tasks), so
         appending is stamping each batch's base offset and writing its bytes. A batch
         takes ``last_delta + 1`` offsets (its record count, for every fresh batch); keep
-        each within half a segment (``writer.encode_within_segment``) so segments roll
+        each within half a segment (``batch_encode.encode_within_segment``) so segments roll
         near ``segment_bytes``. :meth:`check_encoded` runs first: a refused batch writes
         nothing, nor does any other of the call.
         """
@@ -902,7 +904,7 @@ class CleanerLock:
 def _check_record(key: Any, value: Any, compacted: bool, path: str) -> None:
     """A single append's key and value, refused as the arguments they are (``key must be
     bytes``), with the log's path."""
-    from .format import validate_column
+    from .batch_encode import validate_column
 
     try:
         validate_column([key], "key", allow_none=not compacted, single=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
+from .batch_decode import RecordBatch
 from .errors import CorruptLogError, MissingSegmentError
-from .format import RecordBatch
 from .segment import HEADER_SIZE, SegmentReader, list_segments, lookup_position, read_index
 
 OPEN_ATTEMPTS = 20  # fresh listings in a row whose segment vanished before it was opened

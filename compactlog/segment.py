@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import filenames
+from .batch_decode import RecordBatch, concat_batches, decode_batch
 from .errors import CorruptLogError, MissingSegmentError, NotALogError
 from .format import (
     FILE_HEADER,
@@ -34,18 +35,13 @@ from .format import (
     SEGMENT_FILE_HEADER,
     SEGMENT_MAGIC,
     BatchHeader,
-    RecordBatch,
-    SmallRun,
     check_batch,
     check_file_header,
-    concat_batches,
-    decode_batch,
-    decode_small_run,
     find_next_valid_batch,
-    scan_small_run,
 )
 from .fsio import FileSystem
 from .head import Head, read_log_head, read_sync_point
+from .small_runs import SmallRun, decode_small_run, scan_small_run
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
@@ -307,7 +303,7 @@ class SegmentReader:
         self, position: int, *, max_records: int = RUN_RECORDS, max_bytes: int = RUN_BYTES
     ) -> Iterator[RecordBatch]:
         """Like :meth:`batches`, but a run of consecutive small batches comes back as one
-        :class:`RecordBatch` (``format.decode_small_run``; ``stored_batches`` says how many
+        :class:`RecordBatch` (``small_runs.decode_small_run``; ``stored_batches`` says how many
         it spans, at most ``max_bytes`` of them and about ``max_records`` records). For
         callers that work on offsets and columns, not on stored batch boundaries."""
         limits = (max_records, max_bytes)

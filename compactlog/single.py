@@ -17,8 +17,8 @@ Any other call goes to ``Log.append``, the general path, unchanged. A plain appe
    the head in the map of ``.lock`` with what it last published, catching up if another
    process wrote (``SegmentWriter._prepare_append``); a steady ``exclusive=True`` writer
    skips that, as nobody else can write;
-2. reads the wall clock and encodes the one-record batch with its offset, byte for byte what
-   ``format.encode_single`` gives;
+2. reads the wall clock and encodes the one-record batch with its offset
+   (``batch_encode.encode_plain``, which ``encode_single`` uses for such a record);
 3. only when the record crosses the active segment's checkpoint (``plain_stop`` bytes or
    ``plain_deadline`` ms, see ``ActiveSegment``), checks free space and rolls the segment
    (``SegmentWriter._plain_checkpoint``), which per record would cost a clock read and
@@ -40,14 +40,8 @@ from os import pwrite
 from time import time_ns
 from typing import TYPE_CHECKING
 
+from .batch_encode import PLAIN_MAX_BYTES, encode_plain
 from .format import (
-    BATCH_HEADER,
-    BATCH_MAGIC,
-    CODEC_NONE,
-    HEADER_TAIL,
-    LENGTH_CRC,
-    SINGLE_FLAGS,
-    TWO_LENGTHS,
     crc32c,
 )
 from .head import (
@@ -64,11 +58,6 @@ from .head import (
 if TYPE_CHECKING:
     from .writer import SegmentWriter
 
-# key + value bytes of a plain record: below this the encoder copies body and header tail
-# into one string for a single crc32c call (format.encode_single); a larger record is rare
-# and its write dwarfs a second call, so it takes the general path
-PLAIN_MAX_BYTES = 4095
-_FIXED_BYTES = BATCH_HEADER.size + TWO_LENGTHS.size  # a one-record batch beyond key and value
 
 AppendFunction = Callable[..., int]
 
@@ -98,9 +87,6 @@ def build_plain_append(
     head_map = writer.head_map
     published = writer._published
     published_fields = writer._published_fields
-    pack_lengths = TWO_LENGTHS.pack
-    pack_tail = HEADER_TAIL.pack
-    pack_length_crc = LENGTH_CRC.pack
     pack_end_size = END_SIZE.pack_into
     pack_head_crc = HEAD_CRC.pack_into
 
@@ -135,22 +121,8 @@ def build_plain_append(
                 locked_here = prepare()
             timestamp = time_ns() // 1_000_000  # 2. (wall_clock_ms, inlined)
             offset = writer.end_offset
-            key_length = len(key)
-            value_length = len(value)
-            size = key_length + value_length + _FIXED_BYTES
-            body = pack_lengths(key_length, value_length) + key + value
-            tail = pack_tail(
-                BATCH_MAGIC,
-                CODEC_NONE,
-                SINGLE_FLAGS,
-                offset,
-                1,
-                0,
-                timestamp,
-                timestamp,
-                size - BATCH_HEADER.size,
-            )
-            data = pack_length_crc(size, crc32c(body + tail)) + tail + body
+            data = encode_plain(key, value, timestamp, offset)
+            size = len(data)
             active = writer.active
             position = active.size
             end = position + size

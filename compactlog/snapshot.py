@@ -31,13 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import filenames
 from .errors import NotALogError, SnapshotError
-from .format import (
-    FORMAT_VERSION,
-    INDEX_ENTRY,
-    INDEX_FILE_HEADER,
-    SEGMENT_FILE_HEADER,
-    crc32c,
-)
+from .format import FORMAT_VERSION, INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER, crc32c
 from .fsio import fsync_dir, fsync_file
 from .head import read_log_head
 from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path

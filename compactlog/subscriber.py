@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import filenames
+from .batch_decode import Record, RecordBatch, decode_batch
 from .errors import (
     CorruptLogError,
     DecodeError,
@@ -73,17 +74,7 @@ from .errors import (
     SubscriberBusyError,
     SubscriberError,
 )
-from .format import (
-    BATCH_HEADER,
-    SEGMENT_FILE_HEADER,
-    Record,
-    RecordBatch,
-    check_batch,
-    decode_batch,
-    decode_small_run,
-    read_batch_header,
-    scan_small_run,
-)
+from .format import BATCH_HEADER, SEGMENT_FILE_HEADER, check_batch, read_batch_header
 from .head import (
     Head,
     read_log_head,
@@ -105,6 +96,7 @@ from .segment import (
     unsynced_header,
 )
 from .serde import RAW, Serde
+from .small_runs import decode_small_run, scan_small_run
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
 from .watch import SLEEP_MAX_S, SLEEP_MIN_S, HeadWatcher
 
@@ -982,7 +974,7 @@ class Subscriber:
     ) -> RecordBatch | None:
         """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor; a
         run of small batches (about ``room`` records, at most ``room_bytes`` bytes) comes
-        back as one batch (``format.decode_small_run``)."""
+        back as one batch (``small_runs.decode_small_run``)."""
         offset = cursor.pos - cursor.buf_start
         if not 0 <= offset < len(cursor.buf):
             cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))

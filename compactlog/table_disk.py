@@ -40,8 +40,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from .batch_decode import RecordBatch
 from .errors import ConfigError, LogLockedError
-from .format import RecordBatch
 from .table_memory import Change
 
 MIN_MAP_SIZE = 1 << 30  # the memory map (and data.mdb's apparent size; it is sparse) ...

@@ -1,6 +1,6 @@
 """A table's state held in memory: ``{key: value}`` plus a key order built on demand.
 
-Restore and following apply whole :class:`~compactlog.format.RecordBatch` objects. With no
+Restore and following apply whole :class:`~compactlog.batch_decode.RecordBatch` objects. With no
 change callbacks, no size bound and no key order yet, a batch is one ``dict.update`` of its
 keys and values (the last record of a key in the batch wins, as in the log) followed by the
 removal of keys whose last record was a tombstone: no Python loop per record. Otherwise it
@@ -19,8 +19,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from .batch_decode import RecordBatch
 from .errors import TableFullError
-from .format import RecordBatch
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 _MISSING = object()

@@ -55,17 +55,10 @@ from time import monotonic
 from typing import Any, NamedTuple
 
 from . import filenames
+from .batch_encode import EncodedBatch, encode_batch, encode_single, split_points
 from .config import LogConfig
 from .errors import LogClosedError, MissingSegmentError, WriteRefusedError
-from .format import (
-    BATCH_HEADER,
-    INDEX_ENTRY,
-    INDEX_FILE_HEADER,
-    SEGMENT_FILE_HEADER,
-    EncodedBatch,
-    encode_batch,
-    encode_single,
-)
+from .format import BATCH_HEADER, INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER
 from .fsio import FileSystem
 from .head import (
     BOOT,
@@ -1400,36 +1393,3 @@ class SegmentWriter:
                 if self.linger is not None and self.linger.count:
                     self._flush_linger_locked()
                 yield
-
-
-def split_points(sizes: Sequence[int], segment_bytes: int) -> list[tuple[int, int]]:
-    """Cut a run of records into batches of at most about ``segment_bytes // 2`` raw bytes,
-    so that a large ``append_batch`` still lets segments roll near ``segment_bytes``."""
-    limit = max(segment_bytes // 2, 1)
-    cuts: list[tuple[int, int]] = []
-    start = 0
-    total = 0
-    for i, size in enumerate(sizes):
-        if total and total + size > limit:
-            cuts.append((start, i))
-            start, total = i, 0
-        total += size
-    cuts.append((start, len(sizes)))
-    return cuts
-
-
-def encode_within_segment(
-    encode: Callable[[int, int], EncodedBatch],
-    count: int,
-    sizes: Callable[[], Sequence[int]],
-    segment_bytes: int,
-) -> list[EncodedBatch]:
-    """Records ``[0, count)`` as one batch (``encode(lo, hi)`` encodes records
-    ``[lo, hi)``) or, when that batch is more than half a segment, as the batches
-    :func:`split_points` cuts by the records' raw ``sizes()``: so a large append still lets
-    segments roll near ``segment_bytes``. The one rule for :meth:`Log.append_batch` and
-    batches encoded elsewhere (the Spark writer's tasks)."""
-    batch = encode(0, count)
-    if batch.size <= segment_bytes // 2 or batch.count <= 1:
-        return [batch]
-    return [encode(lo, hi) for lo, hi in split_points(sizes(), segment_bytes)]

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compactlog.format import BATCH_HEADER, FILE_HEADER, read_batch_header
+import numpy as np
+
+from compactlog.batch_decode import RecordBatch, _decode_columns, batch_body
+from compactlog.batch_encode import encode_batch
+from compactlog.format import BATCH_HEADER, FILE_HEADER, BatchHeader, read_batch_header
 from compactlog.fsio import FileSystem
 
 SEGMENT_HEADER_SIZE = FILE_HEADER.size
@@ -129,8 +133,6 @@ class FailingFS(FileSystem):
 def assert_run_matches(batch, covered) -> None:
     """``batch``, a run decoded at once, holds exactly the records of the stored batches
     ``covered`` decoded one by one, column by column."""
-    from compactlog.format import RecordBatch
-
     assert batch.offsets.tolist() == [o for b in covered for o in b.offsets.tolist()]
     assert batch.timestamps.tolist() == [t for b in covered for t in b.timestamps.tolist()]
     assert batch.key_lengths.tolist() == [n for b in covered for n in b.key_lengths.tolist()]
@@ -142,3 +144,30 @@ def assert_run_matches(batch, covered) -> None:
     assert batch.values() == [value for b in covered for value in RecordBatch.values(b)]
     assert batch.base_offset == covered[0].base_offset
     assert batch.next_offset == covered[-1].next_offset
+
+
+# -- batch references ----------------------------------------------------------------------
+
+
+def decode_columns(buf: bytes | memoryview, pos: int, header: BatchHeader) -> RecordBatch:
+    """``batch_decode.decode_batch`` always through the columnar path (the reference the
+    fast paths are tested against)."""
+    return _decode_columns(batch_body(buf, pos, header), pos, header)
+
+
+def encode_record_batch(
+    batch: RecordBatch, base_offset: int, last_delta: int, codec: int, level: int
+) -> bytes:
+    """Re-encode a (filtered) columnar batch, keeping offsets, timestamps and headers."""
+    deltas = (batch.offsets - base_offset).astype(np.uint32)
+    heads = batch.headers() if batch.header_lengths is not None else None
+    return encode_batch(
+        batch.keys(),
+        batch.values(),
+        batch.timestamps.tolist(),
+        headers=heads,
+        offset_deltas=deltas,
+        last_delta=last_delta,
+        codec=codec,
+        level=level,
+    ).to_bytes(base_offset)

@@ -1,6 +1,6 @@
 """Runs of batches alike (single appends of records of one size): the fast checks and
-decoding of ``format._check_alike`` and ``format._decode_alike``, and the CRCs of
-``format._messages_crcs`` through the per-thread scratch buffer.
+decoding of ``small_runs._check_alike`` and ``small_runs._decode_alike``, and the CRCs of
+``row_crcs._messages_crcs`` through the per-thread scratch buffer.
 
 These paths skip per-batch work when every batch of a run has the first one's length,
 magic, codec, flags, count and last delta. Each test here would fail on an implementation
@@ -22,21 +22,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from compactlog import format as fmt
-from compactlog.format import (
-    BATCH_HEADER,
-    CODEC_NONE,
-    CODEC_ZSTD,
-    CRC_START,
-    SMALL_BATCH_RECORDS,
-    check_batch,
-    concat_batches,
-    crc32c,
-    decode_columns,
-    decode_small_run,
-    scan_small_run,
-)
+from compactlog import row_crcs, small_runs
+from compactlog.batch_decode import concat_batches
+from compactlog.format import BATCH_HEADER, CODEC_NONE, CODEC_ZSTD, CRC_START, check_batch, crc32c
 from compactlog.segment import HEADER_SIZE
+from compactlog.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
 
+from .helpers import decode_columns
 from .test_small_batches import build_segment
 
 # (name, position in the batch, struct format) of the fields a damaged batch gets changed
@@ -302,14 +294,14 @@ def test_single_appends_of_one_size_take_the_fast_paths(monkeypatch):
         [([(b"key-%04d" % i, b"v" * 30, None, 0, 7 + i)], True, CODEC_NONE, 0) for i in range(50)]
     )
     taken = []
-    alike = fmt._decode_alike
+    alike = small_runs._decode_alike
 
     def spy(*args):
         batch = alike(*args)
         taken.append(batch is not None)
         return batch
 
-    monkeypatch.setattr(fmt, "_decode_alike", spy)
+    monkeypatch.setattr(small_runs, "_decode_alike", spy)
     run = scan_small_run(buf, HEADER_SIZE, len(buf))
     assert run is not None and run.simple and run.length == where[1][0] - where[0][0]
     batch = decode_small_run(buf, run)
@@ -350,23 +342,23 @@ def test_messages_crcs_equal_crc32c_of_each_batch_alone(n, lengths, scratch_byte
     # and more lengths than a thread keeps views for
     rng = np.random.default_rng(seed)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fmt, "_CRC_SCRATCH_BYTES", scratch_bytes)
-        patch.setattr(fmt, "_crc_scratch", fmt._CrcScratch())
+        patch.setattr(row_crcs, "_CRC_SCRATCH_BYTES", scratch_bytes)
+        patch.setattr(row_crcs, "_crc_scratch", row_crcs._CrcScratch())
         for length in lengths:
             rows = rng.integers(0, 256, size=(n, length), dtype=np.uint8)
-            got = fmt._messages_crcs(rows)
+            got = row_crcs._messages_crcs(rows)
             assert got.dtype == np.uint32
             assert got.tolist() == [stored_crc(row.tobytes()) for row in rows]
 
 
 def test_a_call_made_while_the_scratch_is_in_use_does_not_touch_it():
     rows = np.random.default_rng(3).integers(0, 256, size=(50, 100), dtype=np.uint8)
-    scratch = fmt._crc_scratch
+    scratch = row_crcs._crc_scratch
     block, _views = scratch.block(100 - CRC_START)
     before = block.copy()
     scratch.busy = True
     try:
-        got = fmt._messages_crcs(rows)
+        got = row_crcs._messages_crcs(rows)
     finally:
         scratch.busy = False
     assert got.tolist() == [stored_crc(row.tobytes()) for row in rows]
@@ -380,16 +372,16 @@ def test_a_reentrant_call_does_not_overwrite_the_scratch_in_use(monkeypatch):
     inner = rng.integers(0, 256, size=(300, 172), dtype=np.uint8)
     inner_crcs = []
     entered = []
-    real = fmt.crc32c
+    real = row_crcs.crc32c
 
     def crc(data, *args):
         if not entered:
             entered.append(True)
-            inner_crcs.append(fmt._messages_crcs(inner).tolist())
+            inner_crcs.append(row_crcs._messages_crcs(inner).tolist())
         return real(data, *args)
 
-    monkeypatch.setattr(fmt, "crc32c", crc)
-    assert fmt._messages_crcs(outer).tolist() == [stored_crc(r.tobytes()) for r in outer]
+    monkeypatch.setattr(row_crcs, "crc32c", crc)
+    assert row_crcs._messages_crcs(outer).tolist() == [stored_crc(r.tobytes()) for r in outer]
     assert inner_crcs == [[stored_crc(r.tobytes()) for r in inner]]
 
 
@@ -400,7 +392,7 @@ def test_threads_have_their_own_scratch():
         rng = np.random.default_rng(seed)
         for _ in range(30):
             rows = rng.integers(0, 256, size=(500, 172), dtype=np.uint8)
-            if fmt._messages_crcs(rows).tolist() != [stored_crc(r.tobytes()) for r in rows]:
+            if row_crcs._messages_crcs(rows).tolist() != [stored_crc(r.tobytes()) for r in rows]:
                 failures.append(seed)
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]

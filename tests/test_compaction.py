@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import compactlog
+from compactlog.batch_decode import decode_batch, filter_batch
 from compactlog.compaction import compact_log
-from compactlog.compaction.columns import encode_filtered, filter_batch
-from compactlog.compaction.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
-from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch, decode_batch
+from compactlog.compaction.columns import encode_filtered
+from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch
 from compactlog.latest import latest_batches, latest_dict
+from compactlog.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock
@@ -91,7 +92,7 @@ def test_offset_map_stops_exactly_where_it_fills():
 
 @pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD])
 def test_filter_and_encode_keep_offsets_timestamps_headers(codec):
-    from compactlog.format import encode_batch
+    from compactlog.batch_encode import encode_batch
 
     keys = [b"a", b"bb", None, b"dddd"]
     values = [b"1", None, b"33", b"4444"]

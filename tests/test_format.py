@@ -5,6 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compactlog.batch_decode import decode_batch
+from compactlog.batch_encode import (
+    PLAIN_MAX_BYTES,
+    encode_batch,
+    encode_plain,
+    encode_single,
+)
 from compactlog.errors import InvalidRecordError
 from compactlog.format import (
     BATCH_HEADER,
@@ -18,11 +25,10 @@ from compactlog.format import (
     SEGMENT_MAGIC,
     check_batch,
     check_file_header,
-    decode_batch,
-    encode_batch,
-    encode_record_batch,
     find_next_valid_batch,
 )
+
+from .helpers import encode_record_batch
 
 
 def roundtrip(keys, values, timestamps, base=100, **kwargs):
@@ -170,3 +176,12 @@ def test_single_record_fast_path_encodes_the_same_bytes_as_the_column_path(
     general = encode_batch([key], [value], [7], headers=[headers] if headers else None, codec=codec)
     assert fast.to_bytes(3) == general.to_bytes(3)
     assert fast.largest_record == general.largest_record
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, PLAIN_MAX_BYTES - 16, PLAIN_MAX_BYTES - 15])
+def test_plain_record_encoder_gives_the_bytes_of_the_batch_encoder(size):
+    # the single-append fast path's encoder, either side of the one-CRC-call limit
+    key, value = b"k" * 16, bytes(range(256)) * (size // 256) + b"v" * (size % 256)
+    expected = encode_batch([key], [value], [1_700_000_000_000]).to_bytes(12345)
+    assert encode_plain(key, value, 1_700_000_000_000, 12345) == expected
+    assert encode_single(key, value, 1_700_000_000_000, b"", 12345) == expected

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import compactlog
-from compactlog.format import RecordBatch
+from compactlog.batch_decode import RecordBatch
 from compactlog.log import SettingIgnoredWarning
 from compactlog.segment import list_segments, lookup_position, read_index
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import filenames
-from compactlog.format import encode_single, read_batch_header
+from compactlog.batch_encode import encode_single
+from compactlog.format import read_batch_header
 from compactlog.head import read_head_file
 from compactlog.single import PLAIN_MAX_BYTES
 from compactlog.tailmap import WINDOW_BYTES

@@ -1,4 +1,4 @@
-"""CRCs of a run of equal-length small batches, computed at once (``format.rows_crcs``).
+"""CRCs of a run of equal-length small batches, computed at once (``row_crcs.rows_crcs``).
 
 A log of single appends of records of one size is rows of one length; ``scan_small_run``
 checks their CRCs together (one ``crc32c`` call, then a table lookup per varying byte
@@ -15,17 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactlog import format as fmt
-from compactlog.format import (
-    BATCH_HEADER,
-    CODEC_NONE,
-    CRC_START,
-    check_batch,
-    crc32c,
-    rows_crcs,
-    scan_small_run,
-)
+from compactlog import row_crcs as fmt
+from compactlog.format import BATCH_HEADER, CODEC_NONE, CRC_START, check_batch, crc32c
+from compactlog.row_crcs import rows_crcs
 from compactlog.segment import HEADER_SIZE
+from compactlog.small_runs import scan_small_run
 
 from .test_small_batches import build_segment, columnar, fast, records_of
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from compactlog import filenames
+from compactlog.batch_encode import encode_batch
 from compactlog.errors import CorruptLogError, MissingSegmentError, NotALogError
 from compactlog.filenames import FileKind, parse_filename
-from compactlog.format import SEGMENT_FILE_HEADER, encode_batch
+from compactlog.format import SEGMENT_FILE_HEADER
 from compactlog.fsio import DEFAULT_FS
 from compactlog.segment import (
     HEADER_SIZE,

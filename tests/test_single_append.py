@@ -18,14 +18,8 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import filenames
-from compactlog.format import (
-    CODEC_ZSTD,
-    FILE_HEADER,
-    encode_batch,
-    encode_headers,
-    encode_single,
-    read_batch_header,
-)
+from compactlog.batch_encode import encode_batch, encode_single
+from compactlog.format import CODEC_ZSTD, FILE_HEADER, encode_headers, read_batch_header
 from compactlog.fsio import FileSystem
 from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
 

@@ -1,7 +1,7 @@
 """Logs of small batches (single appends): runs decoded at once, merged by the cleaner.
 
-The fast path (``format.scan_small_run`` + ``format.decode_small_run``) must decode exactly
-what the columnar path (``format.decode_batch``, batch by batch) decodes: keys, values,
+The fast path (``small_runs.scan_small_run`` + ``small_runs.decode_small_run``) must decode exactly
+what the columnar path (``batch_decode.decode_batch``, batch by batch) decodes: keys, values,
 ``None`` keys and values, headers, timestamps, compressed bodies, offset deltas left by
 compaction. Every reader (``read``, ``read_batches``, subscribers, latest state, the
 cleaner) goes through it, and the cleaner turns runs of small batches into large ones
@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
+from compactlog.batch_decode import Record, RecordBatch, decode_batch
+from compactlog.batch_encode import encode_batch
 from compactlog.errors import ConfigError, CorruptLogError
 from compactlog.format import (
     BATCH_HEADER,
@@ -25,21 +27,21 @@ from compactlog.format import (
     CODEC_ZSTD,
     CRC_START,
     SEGMENT_FILE_HEADER,
-    SMALL_BATCH_RECORDS,
-    Record,
-    RecordBatch,
     check_batch,
     crc32c,
-    decode_batch,
-    decode_columns,
-    decode_small_run,
-    encode_batch,
-    scan_small_run,
 )
 from compactlog.segment import HEADER_SIZE, SegmentReader, list_segments
+from compactlog.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
 
 from .compaction_helpers import Model, check_log
-from .helpers import assert_run_matches, batch_positions, body_position, flip_bit, segment_files
+from .helpers import (
+    assert_run_matches,
+    batch_positions,
+    body_position,
+    decode_columns,
+    flip_bit,
+    segment_files,
+)
 
 # -- stored batches built with the encoder ---------------------------------------------------
 
@@ -228,7 +230,7 @@ def test_damage_anywhere_in_a_long_run_ends_the_run_there(damaged_index, field):
     data=st.data(),
 )
 def test_crcs_continued_over_headers_at_once_equal_crc32c(crcs, data):
-    from compactlog.format import _continue_crc
+    from compactlog.row_crcs import continue_crc as _continue_crc
 
     rows = [data.draw(st.binary(min_size=40, max_size=40)) for _ in crcs]
     messages = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 40)

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import SubscriberError, filenames
+from compactlog.batch_decode import RecordBatch
 from compactlog.errors import LogClosedError
-from compactlog.format import SEGMENT_FILE_HEADER, RecordBatch, encode_record_batch
+from compactlog.format import SEGMENT_FILE_HEADER
 from compactlog.fsio import FileSystem
 from compactlog.segment import list_segments, segment_path, write_index
 from compactlog.state_files import list_checkpoints, write_checkpoint
@@ -27,6 +28,8 @@ from compactlog.subscriber import (
     validate_name,
 )
 from compactlog.swap import replace_segments
+
+from .helpers import encode_record_batch
 
 SMALL = dict(segment_bytes=1024, sync="os")
 

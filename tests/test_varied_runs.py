@@ -1,8 +1,8 @@
 """Runs of single appends whose record sizes vary from batch to batch.
 
-Such a run is walked one length field at a time (``format._step``), its bodies cut out by
-one ``struct`` unpack (``format._layout``) for their CRCs, its headers' CRC part added
-for all batches at once (``format._continue_crc``), and its keys and values cut out by
+Such a run is walked one length field at a time (``small_runs._step``), its bodies cut out by
+one ``struct`` unpack (``byte_items.struct_layout``) for their CRCs, its headers' CRC part added
+for all batches at once (``row_crcs.continue_crc``), and its keys and values cut out by
 one ``struct`` unpack too. Everything must come out exactly as decoding every stored
 batch alone does (``decode_columns``), and a damaged batch must end the run at its own
 position, whatever its neighbours' sizes.
@@ -19,21 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
+from compactlog.batch_decode import _split
+from compactlog.byte_items import struct_layout as _layout
 from compactlog.errors import CorruptLogError
-from compactlog.format import (
-    CODEC_NONE,
-    CODEC_ZSTD,
-    SMALL_BATCH_RECORDS,
-    _chase,
-    _continue_crc,
-    _layout,
-    _split,
-    _step,
-    check_batch,
-    crc32c,
-    scan_small_run,
-)
+from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch, crc32c
+from compactlog.row_crcs import continue_crc as _continue_crc
 from compactlog.segment import HEADER_SIZE
+from compactlog.small_runs import SMALL_BATCH_RECORDS, _chase, _step, scan_small_run
 
 from .helpers import assert_run_matches, body_position, segment_files
 from .test_small_batches import build_segment, columnar, fast, records_of

@@ -7,7 +7,7 @@ integer milliseconds; null means "now") and optional ``headers``
 (``map<string, binary|string>``). :func:`check_write_schema` refuses anything else,
 naming the column, before a byte is encoded.
 
-Keys and values go from Arrow's offset and data buffers into ``format.encode_columns``
+Keys and values go from Arrow's offset and data buffers into ``batch_encode.encode_columns``
 (no per-record Python object; the batch body is their one copy). Headers are the one
 column encoded per record (``format.encode_headers``).
 """
@@ -21,11 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..batch_encode import EncodedBatch, encode_columns, encode_header_column, encode_within_segment
 from ..config import LogConfig
 from ..errors import ConfigError, InvalidRecordError, RecordTooLargeError
-from ..format import CODECS, EncodedBatch, encode_columns, encode_header_column
+from ..format import CODECS
 from ..state_files import read_meta
-from ..writer import encode_within_segment
 
 WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
 APPEND_RECORDS = 1 << 16  # rows per encoded batch (what append_batch gives a large call)
@@ -163,8 +163,8 @@ def _binary_chunk(chunk: pa.Array) -> tuple[np.ndarray, Any]:
 
 def encode_table(table: pa.Table, encoding: LogEncoding, now_ms: int) -> EncodedBatch:
     """Rows of a normalized table (``key``, ``value``, optional ``timestamp`` and
-    ``headers``) as one batch, by ``format.encode_columns`` (byte for byte what
-    ``format.encode_batch`` makes of the same rows as Python objects; tested). A null or
+    ``headers``) as one batch, by ``batch_encode.encode_columns`` (byte for byte what
+    ``batch_encode.encode_batch`` makes of the same rows as Python objects; tested). A null or
     absent timestamp is ``now_ms``. Headers are the one column encoded per record
     (``format.encode_headers``)."""
     names = table.schema.names
@@ -200,7 +200,7 @@ def encode_rows(
     table: pa.Table, encoding: LogEncoding, log: str, now_ms: int
 ) -> list[EncodedBatch]:
     """Rows of a normalized table as the batches ``Log.append_batch`` would append for
-    them (one, or several cut by ``writer.encode_within_segment`` so segments still roll
+    them (one, or several cut by ``batch_encode.encode_within_segment`` so segments still roll
     near ``segment_bytes``), refusing in the task what the log would refuse: a null key on
     a compacted log, a negative timestamp, a record over ``max_record_bytes``."""
     keys = table.column("key")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from ..batch_decode import RecordBatch
 from ..errors import InvalidRecordError
-from ..format import RecordBatch
 from .convert import RECORD_SCHEMA, Layout, chunk_columns, to_arrow
 from .encode import APPEND_RECORDS, check_write_schema, config_encoding, encode_rows, normalize
 

@@ -1,8 +1,9 @@
 """Key compaction (Kafka's log cleaner) for one log: ``Log.compact()`` calls :func:`compact_log`.
 
-The algorithm is in :mod:`.cleaner` (pure: explicit ``now``, ``should_abort``), the offset
-map and key digests in :mod:`.offset_map`, columnar batch filtering in :mod:`.columns`, the
-statistics in :mod:`.stats`. This module adds what a pass needs around the algorithm: the
+The algorithm is in :mod:`.cleaner` (pure: explicit ``now``, ``should_abort``), the
+cleaner's columnar batch rewriting in :mod:`.columns`, the statistics in :mod:`.stats`; the
+offset map and key digests are :mod:`compactlog.offset_map` (the latest-state reader and
+Spark use them too). This module adds what a pass needs around the algorithm: the
 cleaner lock, the uncleanable mark in ``meta``, and retention at the end of every pass.
 See ``docs/compaction.md``.
 """
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ..config import check_change
 from ..errors import CompactionError, CompactionWriteError, CorruptLogError, DiskFullError
 from .cleaner import Throttler, clean_log
-from .offset_map import OffsetMap, key_digests
 from .progress import CompactionProgress, ProgressCallback
 from .stats import CleanerStats
 
@@ -28,11 +28,9 @@ __all__ = [
     "CompactionProgress",
     "CompactionWriteError",
     "DiskFullError",
-    "OffsetMap",
     "ProgressCallback",
     "Throttler",
     "compact_log",
-    "key_digests",
 ]
 
 

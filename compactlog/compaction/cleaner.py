@@ -68,10 +68,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import filenames, swap
+from ..batch_decode import RecordBatch
 from ..config import LogConfig
 from ..errors import Aborted, CompactLogError, CorruptLogError
-from ..format import CODECS, RecordBatch
+from ..format import CODECS
 from ..fsio import FileSystem
+from ..offset_map import OffsetMap, key_digests
 from ..segment import (
     HEADER_SIZE,
     SegmentReader,
@@ -85,7 +87,6 @@ from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
 from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
-from .offset_map import OffsetMap, key_digests
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
@@ -663,7 +664,7 @@ class _Context:
 def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
     """Filter one segment into the group's rewrite, a window of batches at a time.
 
-    Consecutive small batches (``format.SMALL_BATCH_RECORDS`` records or fewer, such as
+    Consecutive small batches (``small_runs.SMALL_BATCH_RECORDS`` records or fewer, such as
     single appends) are read as runs of at most ``cleaner_merge_batch_bytes`` and each
     run's surviving records written as one batch (``_clean_window``): a cleaned log reads
     at batch speed whatever its writers did. Any other batch that loses nothing is copied

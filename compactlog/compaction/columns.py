@@ -1,68 +1,29 @@
-"""Columnar batch surgery for the cleaner and the latest-state reader.
+"""Columnar batch rewriting for the cleaner.
 
-:func:`filter_batch` keeps the records of a decoded :class:`~compactlog.format.RecordBatch`
-where a mask is true and :func:`encode_filtered` writes such a batch back in the format of
-``format.py`` (through :class:`~compactlog.format.EncodedBatch`, so the header and CRC code
-is the format module's). Both work on numpy columns and byte blobs: blobs of equal-sized
-items (fixed-size keys, values) are cut as rows, others with one byte mask, never with a
-Python object per record. :func:`encode_kept` is the two in one step for the cleaner: the
-kept columns are written straight into one body buffer (one copy instead of four), with
-the same bytes as ``encode_filtered(filter_batch(batch, keep))``.
+:func:`encode_filtered` writes a filtered batch (``batch_decode.filter_batch``) back in the
+batch format (through :class:`~compactlog.batch_encode.EncodedBatch`, so the header and CRC
+code is the encoder's); it is the reference :func:`encode_kept` is tested against.
+:func:`encode_kept` (and :class:`KeptColumns` for a window of batches) is filter and encode
+in one step: the kept columns are written straight into one body buffer (one copy instead
+of four), with the same bytes as ``encode_filtered(filter_batch(batch, keep))``. Both work
+on numpy columns and byte blobs, never with a Python object per record.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..batch_decode import RecordBatch
+from ..batch_encode import EncodedBatch
 from ..format import (
     BATCH_HEADER,
     CODEC_ZSTD,
     FLAG_CONTIGUOUS,
     FLAG_HEADERS,
     FLAG_SINGLE_TIMESTAMP,
-    EncodedBatch,
-    RecordBatch,
-    _zstd_compress,
     crc32c,
+    zstd_compress,
 )
-
-_EMPTY = np.empty(0, dtype=np.uint8)
-
-
-def _cut_blob(blob: bytes | memoryview | None, lengths: np.ndarray, mask: np.ndarray) -> bytes:
-    if blob is None or len(blob) == 0:
-        return b""
-    present = lengths > 0
-    width = int(lengths.max())
-    if width <= 0:
-        return b""
-    if bool((lengths[present] == width).all()):
-        # every non-empty item has the same length (fixed-size keys, values or tombstones):
-        # cut whole rows, no byte mask
-        rows = np.frombuffer(blob, dtype=f"V{width}")
-        return rows[mask[present]].tobytes()
-    kept = np.repeat(mask, np.maximum(lengths, 0))
-    return np.frombuffer(blob, dtype=np.uint8)[kept].tobytes()
-
-
-def filter_batch(batch: RecordBatch, mask: np.ndarray) -> RecordBatch:
-    """The records of ``batch`` where ``mask`` is true (header fields kept but ``count``)."""
-    header_lengths = headers_blob = None
-    if batch.header_lengths is not None:
-        header_lengths = batch.header_lengths[mask]
-        headers_blob = _cut_blob(batch.headers_blob, batch.header_lengths, mask)
-    return RecordBatch(
-        header=batch.header._replace(count=int(mask.sum())),
-        position=batch.position,
-        offsets=batch.offsets[mask],
-        timestamps=batch.timestamps[mask],
-        key_lengths=batch.key_lengths[mask],
-        value_lengths=batch.value_lengths[mask],
-        keys_blob=_cut_blob(batch.keys_blob, batch.key_lengths, mask),
-        values_blob=_cut_blob(batch.values_blob, batch.value_lengths, mask),
-        header_lengths=header_lengths,
-        headers_blob=headers_blob,
-    )
 
 
 def encode_filtered(batch: RecordBatch, codec: int, level: int) -> bytes:
@@ -98,7 +59,7 @@ def encode_filtered(batch: RecordBatch, codec: int, level: int) -> bytes:
     body = b"".join(columns)
     body_length = len(body)
     if codec == CODEC_ZSTD:
-        body = _zstd_compress(body, level)
+        body = zstd_compress(body, level)
     encoded = EncodedBatch(
         body, crc32c(body), body_length, count, last_delta, first_ts, max_ts, flags, codec
     )
@@ -295,7 +256,7 @@ class KeptColumns:
         assert at == len(body)
         stored: bytes | np.ndarray = body
         if codec == CODEC_ZSTD:
-            stored = _zstd_compress(body.data, level)
+            stored = zstd_compress(body.data, level)
         encoded = EncodedBatch(
             memoryview(stored),  # type: ignore[arg-type]  # only its length is used
             crc32c(stored),

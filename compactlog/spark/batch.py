@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..arrow.convert import Columns, chunk_columns
-from ..compaction.offset_map import key_digests
 from ..errors import InexactReadError
 from ..headindex import HeadIndex, build_head_map
 from ..latest import check_exact
+from ..offset_map import key_digests
 from ..reader import iter_batches
 from ..segment import list_segments
 from ..snapshot import PARTIAL_SUFFIX, is_snapshot, read_manifest, take_snapshot

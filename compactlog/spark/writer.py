@@ -1,7 +1,7 @@
 """``df.write.format("compactlog").mode("append").save(path)``: a DataFrame into a log.
 
 Tasks never touch the log. Each task encodes the Arrow batches Spark hands it into the
-log's record batches (``format.encode_columns`` straight from Arrow's offset and data
+log's record batches (``batch_encode.encode_columns`` straight from Arrow's offset and data
 buffers: no per-record Python object, except for a ``headers`` column) and writes them to a
 staging file of the job; the driver, in :meth:`CompactLogWriter.commit`, checks every staged
 file (CRC) and appends its batches with ``Log.append_encoded``, which only stamps base
@@ -39,8 +39,9 @@ from ..arrow.encode import (
     encode_rows,
     normalize,
 )
+from ..batch_encode import EncodedBatch, read_staged_batches
 from ..errors import ConfigError, StagedFileError, WriteRefusedByModeError
-from ..format import STAGING_FILE_HEADER, EncodedBatch, read_staged_batches
+from ..format import STAGING_FILE_HEADER
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
 
@@ -241,7 +242,7 @@ def commit_staged(job_dir: str, files: Mapping[str, Sequence[StagedFile]]) -> di
     ``<stagingDir>/<job id>``, created by the driver before any task runs, which also
     reads each target log's configuration for the tasks: :class:`LogEncoding`):
 
-    1. Each task attempt encodes its rows into record batches (``format.encode_columns``
+    1. Each task attempt encodes its rows into record batches (``batch_encode.encode_columns``
        from the Arrow buffers; zstd if the log compresses; a null key on a compacted log,
        a negative timestamp or a record over ``max_record_bytes`` fails the task), writes
        them at base offset 0 into ``<job>/task-<partition>-<attempt>-<uuid>.batches

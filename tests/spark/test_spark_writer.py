@@ -5,7 +5,7 @@ A round trip keeps keys, values, tombstones, timestamps and headers; overwrite a
 columns are refused before anything is written; a failed job leaves the log unchanged and no
 staging files; a task that fails once and is retried (``local[2,4]`` in a child process)
 leaves every row in the log exactly once. The tasks' encoder makes the batches
-``format.encode_batch`` makes; the commit refuses a damaged staged file, and keys the log
+``batch_encode.encode_batch`` makes; the commit refuses a damaged staged file, and keys the log
 does not allow, before appending anything; staged batches roll segments as
 ``append_batch`` does.
 """
@@ -231,9 +231,10 @@ def test_the_tasks_encoder_makes_the_batches_encode_batch_makes(
     rows, with_timestamps, with_headers, zstd, cut, skip
 ):
     """Byte for byte: the batch a task encodes from Arrow buffers is the one
-    ``format.encode_batch`` encodes from the same rows as Python objects."""
+    ``batch_encode.encode_batch`` encodes from the same rows as Python objects."""
     from compactlog.arrow.encode import LogEncoding, encode_table
-    from compactlog.format import CODEC_NONE, CODEC_ZSTD, encode_batch
+    from compactlog.batch_encode import encode_batch
+    from compactlog.format import CODEC_NONE, CODEC_ZSTD
 
     now = 1_700_000_000_000
     codec = CODEC_ZSTD if zstd else CODEC_NONE
