@@ -46,11 +46,11 @@ def judge(facts: LogFacts, now_ms: int) -> Candidate | None:
     reasons: list[str] = []
     past_lag = False
     if config.compacted and not facts.uncleanable:
-        has_head = facts.dirty_bytes > 0
-        if has_head and facts.dirty_ratio >= config.min_cleanable_dirty_ratio:
+        has_dirty = facts.dirty_bytes > 0
+        if has_dirty and facts.dirty_ratio >= config.min_cleanable_dirty_ratio:
             reasons.append(f"dirty ratio {facts.dirty_ratio:.3f}")
         if (
-            has_head
+            has_dirty
             and config.max_compaction_lag_ms is not None
             and facts.oldest_dirty_mtime_ms is not None
             and now_ms - facts.oldest_dirty_mtime_ms > config.max_compaction_lag_ms

@@ -5,14 +5,14 @@ address, counters, and per log: size, dirty ratio, last clean, failures, unclean
 reason, running pass). It is a report, never an input: the service does not read it back
 (a restart starts from the logs themselves), so losing it loses nothing.
 
-Crash protocol of :func:`write_state`:
+Crash protocol of :func:`write_state` (``FileSystem.write_atomic``, the one atomic write):
 
-1. Write ``<state>.<pid>.tmp`` in the same directory and fsync it. Death here leaves a
+1. Write ``<state>.<pid>.<n>.tmp`` in the same directory and fsync it. Death here leaves a
    stray temporary file and the previous state intact; the next start removes strays
    (:func:`remove_stray_temps`, under the service lock).
 2. Rename it over ``<state>``: readers see the old or the new document, never a mix.
-3. fsync the directory (best effort: a lost rename after a power cut only shows an older
-   report).
+3. fsync the directory. A failure here is an error like any other (the scheduler logs
+   ``state_error``): the rename may not survive a power cut.
 """
 
 from __future__ import annotations
@@ -22,34 +22,15 @@ import json
 import os
 from typing import Any
 
+from compactlog.fsio import DEFAULT_FS
+
 STATE_VERSION = 1
 
 
 def write_state(path: str, document: dict[str, Any]) -> None:
     """Replace the state file with ``document`` (steps 1-3 of the module docstring)."""
     data = json.dumps(document, indent=1, sort_keys=True, default=str).encode() + b"\n"
-    directory = os.path.dirname(path) or "."
-    temp = f"{path}.{os.getpid()}.tmp"
-    # 1.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    # 2.
-    os.replace(temp, path)
-    # 3.
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
+    DEFAULT_FS.write_atomic(os.path.dirname(path) or ".", os.path.basename(path), data)
 
 
 def read_state(path: str) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from compactlog import filenames
+
 from .common import json_option, refuse_if_busy
 from .output import CliError, emit_json, human_bytes, human_count, print_fields, to_plain
 
@@ -30,7 +32,7 @@ def _prepare(directory: str) -> None:
         if not os.path.isdir(directory):
             raise CliError("exists and is not a directory; not removing it", path=directory)
         entries = os.listdir(directory)
-        if entries and "meta" not in entries:
+        if entries and filenames.META not in entries:
             raise CliError(
                 "exists, is not empty and is not a compactlog log; not removing it",
                 path=directory,

@@ -44,9 +44,10 @@ def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
       compactlog create ./log -c segment_bytes=16MiB -c compression=zstd --json
     """
     import compactlog
+    from compactlog import filenames
 
     directory = os.path.abspath(path)
-    if os.path.exists(os.path.join(directory, "meta")):
+    if os.path.exists(os.path.join(directory, filenames.META)):
         raise CliError("a log already exists here", path=directory)
     config = parse_assignments(settings)
     with compactlog.open(directory, create=True, **config) as log:

@@ -24,12 +24,11 @@ from typing import Any, TypeVar
 
 import click
 
+from compactlog import filenames
+
 from .output import CliError, UsageProblem
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-LOCK_NAME = ".lock"  # compactlog.filenames.WRITER_LOCK (not imported here: startup time)
-META_NAME = "meta"  # compactlog.filenames.META
 
 
 # -- shared options ------------------------------------------------------------------------
@@ -92,7 +91,7 @@ def log_dir(path: str) -> str:
         raise UsageProblem("no such log directory", path=directory)
     if not os.path.isdir(directory):
         raise UsageProblem("not a directory", path=directory)
-    if not os.path.exists(os.path.join(directory, META_NAME)):
+    if not os.path.exists(os.path.join(directory, filenames.META)):
         raise UsageProblem("not a compactlog log (no meta file)", path=directory)
     return directory
 
@@ -217,7 +216,7 @@ def writer_holders(directory: str) -> list[Holder]:
     (readers and subscribers may)."""
     import fcntl
 
-    lock_path = os.path.join(directory, LOCK_NAME)
+    lock_path = os.path.join(directory, filenames.WRITER_LOCK)
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -34,6 +34,7 @@ from .errors import (
     NotALogError,
     ReadOnlyLogError,
     RecordTooLargeError,
+    SettingIgnoredWarning,
     SubscriberBusyError,
     SubscriberError,
     UnsafeChangeError,
@@ -44,9 +45,10 @@ if TYPE_CHECKING:
     from .batch_decode import Record, RecordBatch
     from .compaction.stats import CleanerStats
     from .format import FORMAT_VERSION
-    from .log import Log, SettingIgnoredWarning
+    from .log import Log
     from .log import open_log as open
-    from .recovery import RepairReport, repair
+    from .recovery import RepairReport
+    from .repair_log import repair
     from .snapshot import Snapshot
     from .subscriber import Subscriber
     from .table import Table
@@ -57,13 +59,12 @@ _LAZY = {
     "RecordBatch": ("batch_decode", "RecordBatch"),
     "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
-    "SettingIgnoredWarning": ("log", "SettingIgnoredWarning"),
     "Snapshot": ("snapshot", "Snapshot"),
     "Subscriber": ("subscriber", "Subscriber"),
     "open": ("log", "open_log"),
     "RepairReport": ("recovery", "RepairReport"),
     "Table": ("table", "Table"),
-    "repair": ("recovery", "repair"),
+    "repair": ("repair_log", "repair"),
 }
 
 

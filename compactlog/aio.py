@@ -1,6 +1,6 @@
 """asyncio waiting: coroutines woken when a log's head moves, with no thread per waiter.
 
-The wake-up is the subscribers' (:class:`~compactlog.subscriber.HeadWatcher`: an inotify
+The wake-up is the subscribers' (:class:`~compactlog.watch.HeadWatcher`: an inotify
 watch of ``.lock`` and the doorbell byte that asks the next writer to ``pwrite`` the head;
 see ``head.py``). Here its descriptor is watched by the running event loop
 (``loop.add_reader``) instead of ``select``, and **one** watcher serves every coroutine of
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from . import filenames
 from .head import Head, read_head_file
-from .subscriber import INOTIFY_MISSES, INOTIFY_SAFETY_S, SLEEP_MAX_S, HeadWatcher
+from .watch import INOTIFY_MISSES, INOTIFY_SAFETY_S, SLEEP_MAX_S, HeadWatcher
 
 
 class _SharedWatch:

@@ -216,3 +216,69 @@ class DiskFullError(CompactionWriteError):
         self.written_bytes = written_bytes
         self.free_bytes = free_bytes
         super().__init__(message, path=path, errno=errno, operation=operation)
+
+
+# -- open, snapshots, tables, Arrow ------------------------------------------------------
+
+
+class SettingIgnoredWarning(UserWarning):
+    """A stored setting given to ``open`` with another value than the log stores: the
+    stored one stays (``update_config=True`` or ``compactlog config set`` changes it)."""
+
+
+class SnapshotError(CompactLogError):
+    """A snapshot could not be taken, or a directory is not a valid snapshot."""
+
+
+class TableError(CompactLogError):
+    """A change callback raised, or the follower stopped; ``__cause__`` is the error."""
+
+
+class TableFullError(CompactLogError, MemoryError):
+    """The in-memory table would exceed ``max_bytes``."""
+
+
+class ValueDecodeError(CompactLogError):
+    """A value could not be decoded as the requested ``valueFormat``."""
+
+
+# -- Spark -------------------------------------------------------------------------------
+
+
+class DdlError(ConfigError):
+    """A schema the Arrow engine cannot read (the message names the place)."""
+
+
+class WriteRefusedByModeError(ConfigError):
+    """``mode("overwrite")`` on a log: a log is append-only."""
+
+
+class StagedFileError(CompactLogError):
+    """A staged file that does not hold what its task reported (damaged or truncated):
+    the commit refuses the job before appending anything."""
+
+
+class SparkUnavailableError(CompactLogError):
+    """Spark cannot start here (pyspark not installed, or no ``java``)."""
+
+
+# -- internal signals: caught inside the library, never raised to a caller ------------------
+
+
+class WriteFailed(Exception):
+    """A write of a compaction pass failed (``compaction/failures.py``); ``error`` is the
+    ``OSError``."""
+
+    def __init__(self, operation: str, path: str | None, error: OSError) -> None:
+        self.operation = operation
+        self.path = path
+        self.error = error
+        self.needed_bytes = 0  # the group's input bytes, when a group was being written
+        self.written_bytes = 0
+        self.group = ""  # "segments A..B", when a group was being written
+        self.rollback: list[str] = []
+        super().__init__(f"{operation} {path}: {error}")
+
+
+class Aborted(Exception):
+    """A compaction pass's ``should_abort`` returned true (``compaction/cleaner.py``)."""

@@ -1,7 +1,8 @@
 """Every file name in a log directory, and the one parser of them.
 
-Recovery, retention, the cleaner and the CLI all classify directory entries with
-:func:`parse_filename`; nothing else in the project builds or parses these names.
+Recovery, retention, the cleaner, the CLI and the Spark adapter all classify directory
+entries with :func:`parse_filename` and build names with the constants and functions here;
+nothing else in the project spells these names out.
 
 ======================  ===========================================================
 ``<20 digits>.log``     segment; the digits are the segment's base offset
@@ -12,17 +13,18 @@ Recovery, retention, the cleaner and the CLI all classify directory entries with
 ``cp.h.<sha256 hex>``   checkpoint of a subscriber whose hex name would exceed 255 bytes
 ``.cp.<...>.lock``      held (``flock``) by the one consumer of that durable subscriber
 ``cleaner.checkpoint``  the cleaner point (first dirty offset) and tombstone clock
+``cleaner.swap``        intent of a segment swap in progress (``swap.py``)
 ``pre_commit``          JLog-style precommit buffer (mmap'ed)
 ``.lock``               writers' advisory lock, also holding the shared head state
 ``.cleaner.lock``       held by the one process cleaning the log
 ``clean_shutdown``      present only between a clean close and the next open
 ``<name>.<pid>.<n>.tmp`` a small-file write in progress: removed on open
+``snapshot.json``       manifest of a snapshot (a read-only copy of a log; ``snapshot.py``)
 ======================  ===========================================================
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ REWRITE_SUFFIX = ".rw"
 TEMP_SUFFIX = ".tmp"
 META = "meta"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
+SWAP_INTENT = "cleaner.swap"
+SNAPSHOT_MANIFEST = "snapshot.json"
 PRECOMMIT = "pre_commit"
 WRITER_LOCK = ".lock"
 WRITERS_LOCK = ".writers.lock"  # shared by every writable open, exclusive for exclusive=True
@@ -140,7 +144,7 @@ def checkpoint_name(subscriber: str) -> str:
     name = CHECKPOINT_PREFIX + encoded.hex()
     if len(name) <= MAX_FILENAME_BYTES:
         return name
-    return HASHED_CHECKPOINT_PREFIX + hashlib.sha256(encoded).hexdigest()
+    return HASHED_CHECKPOINT_PREFIX + _digest(encoded)
 
 
 def subscriber_lock_name(subscriber: str) -> str:
@@ -152,8 +156,7 @@ def subscriber_lock_name(subscriber: str) -> str:
     name = f".{checkpoint_name(subscriber)}{LOCK_SUFFIX}"
     if len(name) <= MAX_FILENAME_BYTES:
         return name
-    digest = hashlib.sha256(subscriber.encode("utf-8")).hexdigest()
-    return f".{HASHED_CHECKPOINT_PREFIX}{digest}{LOCK_SUFFIX}"
+    return f".{HASHED_CHECKPOINT_PREFIX}{_digest(subscriber.encode('utf-8'))}{LOCK_SUFFIX}"
 
 
 _temp_counter = itertools.count()
@@ -178,5 +181,13 @@ def temp_name(name: str) -> str:
     the file as temporary."""
     token = f".{os.getpid()}.{next(_temp_counter)}{TEMP_SUFFIX}"
     if len((name + token).encode("utf-8")) > MAX_FILENAME_BYTES:
-        name = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        name = _digest(name.encode("utf-8"))[:32]
     return name + token
+
+
+def _digest(data: bytes) -> str:
+    """The SHA-256 hex digest that stands in for a name too long for the file system
+    (``hashlib`` is imported here: the CLI imports this module and starts fast)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

@@ -67,11 +67,7 @@ class FileSystem:
         os.mkdir(path)
 
     def fsync_dir(self, directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(directory)
 
     def free_bytes(self, directory: str) -> int:
         stats = os.statvfs(directory)
@@ -114,6 +110,25 @@ class FileSystem:
                 continue
             break
         self.fsync_dir(directory)
+
+
+def fsync_file(path: str) -> None:
+    """fsync the file at ``path`` (written earlier through another descriptor)."""
+    _fsync_opened(path, os.O_RDONLY)
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync ``directory``: the entries created, renamed or removed in it survive a power
+    loss (POSIX keeps a directory change only once the directory is fsynced)."""
+    _fsync_opened(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync_opened(path: str, flags: int) -> None:
+    fd = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def make_directories(fs: FileSystem, path: str) -> None:

@@ -24,7 +24,7 @@ map, which makes no event) and then checks the head once more; a writer that pub
 head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
 just stored, which inotify reports to every sleeping subscriber. So a writer pays the
 system call only when someone is waiting, and a subscriber that cannot map the file, or
-misses a ring, still re-checks the head on its safety timer (``subscriber.HeadWatcher``).
+misses a ring, still re-checks the head on its safety timer (``watch.HeadWatcher``).
 
 Bytes [64, 80) hold the *boot id* of the machine when the last writer opened the log
 (stored once recovery has published a head that matches the data): readers trust the head

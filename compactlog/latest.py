@@ -38,7 +38,7 @@ from .segment import HEADER_SIZE, SegmentReader, list_segments
 from .state_files import read_cleaner_state
 
 if TYPE_CHECKING:
-    from .log import Log
+    from .logview import LogView
 
 OPEN_ATTEMPTS = 20
 
@@ -126,7 +126,7 @@ def check_exact(
 
 
 def latest_batches(
-    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+    log: LogView, as_of: int | None = None, *, allow_inexact: bool = False
 ) -> Iterator[RecordBatch]:
     """Columnar :func:`latest_records`: batches holding only each key's latest record below
     ``as_of`` (default: the end offset at the call), tombstones and keyless records left out.
@@ -143,7 +143,7 @@ def latest_batches(
     return _latest_batches(log, as_of)
 
 
-def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
+def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
     end = log.end_offset if as_of is None else as_of
     start = log.start_offset
     if end <= start:
@@ -165,7 +165,7 @@ def _latest_batches(log: Log, as_of: int | None) -> Iterator[RecordBatch]:
 
 
 def latest_records(
-    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+    log: LogView, as_of: int | None = None, *, allow_inexact: bool = False
 ) -> Iterator[Record]:
     """The latest non-tombstone record of every key among offsets below ``as_of``, in
     offset order."""
@@ -174,7 +174,7 @@ def latest_records(
 
 
 def latest_dict(
-    log: Log, as_of: int | None = None, *, allow_inexact: bool = False
+    log: LogView, as_of: int | None = None, *, allow_inexact: bool = False
 ) -> dict[bytes, bytes]:
     """``{key: value}`` of the latest state (a convenience for small logs and tests)."""
     result: dict[bytes, bytes] = {}

@@ -35,6 +35,7 @@ from .errors import (
     NotALogError,
     ReadOnlyLogError,
     RecordTooLargeError,
+    SettingIgnoredWarning,
 )
 from .format import CODECS, encode_headers
 from .fsio import DEFAULT_FS, FileSystem, make_directories
@@ -62,11 +63,6 @@ if TYPE_CHECKING:  # imported where used: they pull in modules an open need not 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class SettingIgnoredWarning(UserWarning):
-    """A stored setting given to ``open`` with another value than the log stores: the
-    stored one stays (``update_config=True`` or ``compactlog config set`` changes it)."""
 
 
 WAIT_POLL_S = (0.01, 0.25)  # wait=: first and longest pause between looks for ``meta``

@@ -28,8 +28,8 @@ Offset map
     first: numpy's ``searchsorted`` walks the map in order, several times faster than for
     random queries (a numpy open-addressing table was measured slower still: each probe
     round costs several whole-array operations). :meth:`OffsetMap.latest_bits` turns the
-    map into a bitmap of the head's latest offsets, which judges head records without
-    hashing them.
+    map into a bitmap of the dirty section's latest offsets, which judges its records
+    without hashing them.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class OffsetMap:
         cost per record constant while the map is full of keys being updated), at least
         :data:`MIN_STAGE`, at most :data:`MAX_STAGE` (bounds the merge's temporaries).
 
-        Bounded by the room, not by a fixed minimum: a small map over a long head stops
+        Bounded by the room, not by a fixed minimum: a small map over a long dirty section stops
         after reading about twice what it covers (issue 8), instead of staging (and
         reading) a fixed 65,536 records before finding it was full."""
         room = self.capacity - len(self.hi)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -74,7 +74,7 @@ from .segment import (
 from .tail import rebuild_index
 
 if TYPE_CHECKING:
-    from .log import Log
+    from .logview import LogView as Log  # the open log, as the modules below log.py see it
 
 logger = logging.getLogger(__name__)
 
@@ -368,10 +368,14 @@ class RepairReport:
         return "\n".join(self.fixes)
 
 
-def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
+def repair(
+    path: str | os.PathLike[str], *, dry_run: bool = False, open_passes: Callable[[str], list[str]]
+) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    ``open_passes(directory)`` opens the log for writing, runs the open-time passes and
+    returns their report (``compactlog.repair`` passes one: this module is below ``log.py``).
     """
     from .fsio import DEFAULT_FS
     from .state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
@@ -485,10 +489,7 @@ def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairRepo
         lock_fd = -1
         if not dry_run:
             # the open-time passes: tail validation, precommit left by a dead writer
-            from .log import Log
-
-            with Log(directory) as log:
-                report.fixes.extend(log.recovery_report)
+            report.fixes.extend(open_passes(directory))
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)

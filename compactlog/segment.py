@@ -1,4 +1,4 @@
-"""Segments and their sparse indexes: the only code that reads or writes ``.log``/``.idx``.
+"""Segments and their sparse indexes: the ``.log``/``.idx`` layout and the helpers to use it.
 
 A segment is ``<base>.log``: a 16-byte file header, then whole batches. Its ``<base>.idx``
 maps some offsets (one every ``index_interval_bytes``) to byte positions so that a read from

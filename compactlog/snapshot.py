@@ -26,31 +26,26 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import filenames
-from .errors import CompactLogError, NotALogError
+from .errors import NotALogError, SnapshotError
 from .format import FORMAT_VERSION, INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER, crc32c
+from .fsio import fsync_dir, fsync_file
 from .head import read_log_head
 from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path
 from .state_files import read_cleaner_state, read_meta
 
 if TYPE_CHECKING:
-    from .log import Log
+    from .logview import LogView
 
-MANIFEST = "snapshot.json"
+MANIFEST = filenames.SNAPSHOT_MANIFEST
 MANIFEST_MAGIC = "compactlog-snapshot"
 MANIFEST_VERSION = 1
 PARTIAL_SUFFIX = ".partial"
 COPY_CHUNK = 8 << 20
 CRC_CHUNK = 64 << 20
-
-
-class SnapshotError(CompactLogError):
-    """A snapshot could not be taken, or a directory is not a valid snapshot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +144,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> Snapshot:
 # -- taking a snapshot ----------------------------------------------------------------
 
 
-def take_snapshot(log: Log, dest: str | os.PathLike[str], *, durable: bool = True) -> Snapshot:
+def take_snapshot(log: LogView, dest: str | os.PathLike[str], *, durable: bool = True) -> Snapshot:
     """Make a consistent copy of ``log`` as of its end offset now, at ``dest``.
 
     ``durable=False`` skips every fsync (steps 3-5) for a snapshot that only serves as a
@@ -210,14 +205,14 @@ def take_snapshot(log: Log, dest: str | os.PathLike[str], *, durable: bool = Tru
         )
         # 4.
         if durable:
-            _fsync_dir(partial)
+            fsync_dir(partial)
             log.fs.write_atomic(partial, MANIFEST, _manifest_bytes(snapshot))
         else:  # nothing reads <dest>.partial, so the manifest needs no rename either
             _write_new(os.path.join(partial, MANIFEST), _manifest_bytes(snapshot), False)
         # 5.
         os.rename(partial, dest)
         if durable:
-            _fsync_dir(parent)
+            fsync_dir(parent)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -236,7 +231,7 @@ class _Linked:
     active_fd: int
 
 
-def _link_closed(log: Log, partial: str, durable: bool) -> _Linked:
+def _link_closed(log: LogView, partial: str, durable: bool) -> _Linked:
     """Step 2: everything that must be read under the cleaner lock."""
     source = log.directory
     head = read_log_head(source)
@@ -342,7 +337,7 @@ def _link_or_copy(source: str, target: str, durable: bool) -> SnapshotFile:
             raise
         shutil.copyfile(source, target)
         if durable:
-            _fsync_file(target)
+            fsync_file(target)
         linked = False
     size, crc = file_crc(target)
     return SnapshotFile(os.path.basename(target), size, crc, linked)
@@ -364,22 +359,6 @@ def _write_new(path: str, data: bytes, durable: bool) -> None:
             view = view[written:]
         if durable:
             os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -432,18 +411,6 @@ def verify_manifest(directory: str | os.PathLike[str]) -> list[str]:
         if kind in (filenames.FileKind.SEGMENT, filenames.FileKind.INDEX) and name not in listed:
             problems.append(f"{name}: not listed in snapshot.json (added after the snapshot)")
     return problems
-
-
-@contextmanager
-def opened(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """``compactlog.open(path, read_only=True)`` as a context manager."""
-    from .log import open_log
-
-    log = open_log(path, read_only=True, create=False)
-    try:
-        yield log
-    finally:
-        log.close()
 
 
 __all__ = [

@@ -30,11 +30,10 @@ import json
 import os
 
 from . import filenames
+from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, segment_path
 from .tail import rebuild_index
-
-SWAP_INTENT = "cleaner.swap"
 
 
 def replace_segments(fs: FileSystem, directory: str, first: int, others: list[int]) -> None:

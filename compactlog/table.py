@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .errors import CompactLogError, ConfigError, LogClosedError
+from .errors import ConfigError, LogClosedError, TableError
 from .serde import declared_formats, deserializers
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
@@ -59,10 +59,6 @@ POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
 PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
 RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
-
-
-class TableError(CompactLogError):
-    """A change callback raised, or the follower stopped; ``__cause__`` is the error."""
 
 
 class RestoreProgress:

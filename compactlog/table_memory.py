@@ -20,16 +20,12 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from .batch_decode import RecordBatch
-from .errors import CompactLogError
+from .errors import TableFullError
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 _MISSING = object()
 
 Change = tuple[Any, Any, Any, int]  # (key, old, new, offset); None: absent / removed
-
-
-class TableFullError(CompactLogError, MemoryError):
-    """The in-memory table would exceed ``max_bytes``."""
 
 
 class MemoryStore:

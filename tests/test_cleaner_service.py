@@ -4,6 +4,8 @@ while the others go on, the state file protocol, the service lock, metrics and h
 from __future__ import annotations
 
 import errno
+import os
+import stat
 import threading
 import urllib.error
 import urllib.request
@@ -177,6 +179,19 @@ def test_the_state_file_is_replaced_whole_and_strays_are_removed(tmp_path):
     assert read_state(path)["pid"] == 1
     assert remove_stray_temps(path) == [str(tmp_path / "state.json.999.tmp")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_a_failed_directory_fsync_of_the_state_file_is_an_error(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "directory fsync failed")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="directory fsync failed"):
+        write_state(str(tmp_path / "state.json"), {"version": 1, "pid": 1, "logs": {}})
 
 
 def test_a_second_service_lock_names_the_holder(tmp_path):

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..batch_decode import RecordBatch, concat_columns
-from ..errors import CompactLogError
+from ..errors import ValueDecodeError
 from ..format import decode_headers
 
 METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
@@ -47,10 +47,6 @@ RECORD_SCHEMA = pa.schema(
         pa.field("headers", HEADERS_TYPE),
     ]
 )
-
-
-class ValueDecodeError(CompactLogError):
-    """A value could not be decoded as the requested ``valueFormat``."""
 
 
 @dataclass(slots=True)

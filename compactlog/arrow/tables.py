@@ -21,10 +21,10 @@ from .convert import RECORD_SCHEMA, Layout, chunk_columns, to_arrow
 from .encode import APPEND_RECORDS, check_write_schema, config_encoding, encode_rows, normalize
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..logview import LogView
 
 
-def append_arrow(log: Log, data: pa.RecordBatch | pa.Table) -> range:
+def append_arrow(log: LogView, data: pa.RecordBatch | pa.Table) -> range:
     """Append the rows of ``data`` in order, all or nothing; returns their offsets."""
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])

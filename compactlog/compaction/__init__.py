@@ -20,7 +20,7 @@ from .progress import CompactionProgress, ProgressCallback
 from .stats import CleanerStats
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..logview import LogView
 
 __all__ = [
     "CleanerStats",
@@ -35,7 +35,7 @@ __all__ = [
 
 
 def compact_log(
-    log: Log,
+    log: LogView,
     *,
     force: bool = False,
     now_ms: int | None = None,

@@ -7,7 +7,8 @@ are touched (the newest segment is the writers'), and only through ``swap.py``.
 One pass, in order:
 
 1. **Select.** The cleaner point ``p`` (``cleaner.checkpoint``) splits the closed segments
-   into a clean tail and a dirty head. The cleanable head ends at the first uncleanable
+   into a clean section and a dirty section (Kafka's "tail" and "head"; here "head" is
+   only the writers' state in ``.lock``). The dirty section ends at the first uncleanable
    offset ``u``: the active segment's base, or the base of the first segment holding a
    record younger than ``min_compaction_lag_ms``. Dirty ratio = dirty bytes / (clean +
    dirty bytes), counting whole segments (``dirty.py`` is the one place that computes
@@ -17,9 +18,9 @@ One pass, in order:
 2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
    digest). When it fills, it stops at the first record that did not fit: that offset
    ``e`` is where the cleaner point moves; otherwise ``e = u``. Reading stops about one
-   window after the map fills (the map stages about the room it has left, and the head
-   is read in windows no longer than the stage still takes), so a small map over a long
-   head reads about what it covers, not the whole head.
+   window after the map fills (the map stages about the room it has left, and the dirty
+   section is read in windows no longer than the stage still takes), so a small map over a
+   long dirty section reads about what it covers, not all of it.
 3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
    not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
 4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
@@ -69,7 +70,7 @@ import numpy as np
 from .. import filenames, swap
 from ..batch_decode import RecordBatch
 from ..config import LogConfig
-from ..errors import CompactLogError, CorruptLogError
+from ..errors import Aborted, CompactLogError, CorruptLogError
 from ..format import CODECS
 from ..fsio import FileSystem
 from ..offset_map import OffsetMap, key_digests
@@ -93,14 +94,11 @@ MAX_GROUP_OFFSETS = (1 << 32) - 1
 WRITE_CHUNK = 1 << 20
 WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
 WINDOW_BYTES = 8 << 20  # bytes of batches held at once
-# the head bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
-# most 4 bytes per map key; a longer head (many versions per key) is looked up by digest
+# the dirty bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
+# most 4 bytes per map key; a longer dirty section (many versions per key) is looked up by
+# digest
 BITMAP_OFFSETS_PER_KEY = 32
 WRITEBACK_CHUNK = 8 << 20  # start writing a rewrite back every this many bytes
-
-
-class Aborted(Exception):
-    """``should_abort`` returned true."""
 
 
 class Throttler:
@@ -362,13 +360,13 @@ def _clean(
         stats.skipped = "no closed segment (the active segment is never cleaned)"
         return _done(stats, started)
     first_dirty, uncleanable = share.first_dirty_offset, share.first_uncleanable_offset
-    dirty_bytes, ratio = share.dirty_bytes, share.ratio
+    ratio = share.ratio
     stats.first_dirty_offset = first_dirty
     stats.first_uncleanable_offset = uncleanable
     stats.new_first_dirty_offset = first_dirty
-    has_head = uncleanable > first_dirty and dirty_bytes > 0
+    has_dirty = share.has_dirty
     if not force:
-        reason = _why_clean(config, state, directory, segments, first_dirty, ratio, has_head, now)
+        reason = _why_clean(config, state, directory, segments, first_dirty, ratio, has_dirty, now)
         if reason is None:
             stats.skipped = (
                 f"dirty ratio {ratio:.3f} below min_cleanable_dirty_ratio "
@@ -382,8 +380,8 @@ def _clean(
     stats.map_capacity = offset_map.capacity
     verified: set[int] = set()
     map_end = first_dirty
-    if has_head:
-        meter.start("map", dirty_bytes)
+    if has_dirty:
+        meter.start("map", share.dirty_bytes)
         map_end = _build_map(
             directory,
             segments,
@@ -509,13 +507,13 @@ def _why_clean(
     segments: list[Segment],
     first_dirty: int,
     ratio: float,
-    has_head: bool,
+    has_dirty: bool,
     now: int,
 ) -> str | None:
     """Why an unforced pass is due (``None``: it is not)."""
-    if has_head and ratio >= config.min_cleanable_dirty_ratio:
+    if has_dirty and ratio >= config.min_cleanable_dirty_ratio:
         return f"dirty ratio {ratio:.3f} >= {config.min_cleanable_dirty_ratio}"
-    if has_head and config.max_compaction_lag_ms is not None:
+    if has_dirty and config.max_compaction_lag_ms is not None:
         first_ts = _first_dirty_timestamp(directory, segments, first_dirty)
         if first_ts is not None and now - first_ts > config.max_compaction_lag_ms:
             return f"first dirty record is older than max_compaction_lag_ms ({now - first_ts} ms)"
@@ -536,7 +534,7 @@ def _build_map(
     verified: set[int],
     meter: Meter,
 ) -> int:
-    """Step 2: feed the head to the map; returns the offset where the map ends."""
+    """Step 2: feed the dirty section to the map; returns the offset where the map ends."""
     for seg in segments:
         if seg.next_base <= first_dirty or seg.base >= uncleanable:
             continue
@@ -767,9 +765,9 @@ def _clean_window(
 def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
     """Which records of a window have a later record of their key in the map.
 
-    Records of the head covered by the map (``[first_dirty, map_end)``) were all put in
-    it, so one is superseded iff it is not the latest offset of its key: its bit in
-    ``latest_bits`` is clear. Records below the head are looked up by digest; records at or
+    Records of the dirty section covered by the map (``[first_dirty, map_end)``) were all
+    put in it, so one is superseded iff it is not the latest offset of its key: its bit in
+    ``latest_bits`` is clear. Records below it are looked up by digest; records at or
     past ``map_end`` are newer than anything the map holds."""
     offsets = cols.offsets
     count = len(offsets)
@@ -777,17 +775,17 @@ def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
     bits = ctx.latest_bits
     if bits is None:
         looked_up = count
-        head = head_end = count
+        mapped = mapped_end = count
     else:
-        looked_up = head = int(np.searchsorted(offsets, ctx.first_dirty))
-        head_end = int(np.searchsorted(offsets, ctx.map_end))
+        looked_up = mapped = int(np.searchsorted(offsets, ctx.first_dirty))
+        mapped_end = int(np.searchsorted(offsets, ctx.map_end))
     if looked_up:
         hi, lo = cols.digests(looked_up)
         drop[:looked_up] = ctx.offset_map.get(hi, lo) > offsets[:looked_up]
-    if bits is not None and head_end > head:
-        rel = offsets[head:head_end] - ctx.first_dirty
+    if bits is not None and mapped_end > mapped:
+        rel = offsets[mapped:mapped_end] - ctx.first_dirty
         latest = (bits[rel >> 3] >> (7 - (rel & 7)).astype(np.uint8)) & 1
-        drop[head:head_end] = latest == 0
+        drop[mapped:mapped_end] = latest == 0
     if not bool((cols.key_lengths >= 0).all()):
         drop &= cols.key_lengths >= 0
     return drop

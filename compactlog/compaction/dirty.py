@@ -57,6 +57,13 @@ class DirtyShare:
         return self.dirty_bytes / total if total else 0.0
 
     @property
+    def has_dirty(self) -> bool:
+        """Whether there is a dirty section to clean: closed segments in ``[p, u)``. (With
+        ``p`` inside a segment held back by the lag, ``u == p``: its bytes count as dirty,
+        but there is nothing to map.)"""
+        return self.first_uncleanable_offset > self.first_dirty_offset and self.dirty_bytes > 0
+
+    @property
     def total_bytes(self) -> int:
         return self.clean_bytes + self.dirty_bytes + self.lagging_bytes + self.active_bytes
 

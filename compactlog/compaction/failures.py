@@ -16,30 +16,34 @@ from __future__ import annotations
 
 import errno as errnos
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from .. import swap
-from ..errors import CompactionError, CompactionWriteError, CompactLogError, DiskFullError
+from ..errors import (
+    CompactionError,
+    CompactionWriteError,
+    CompactLogError,
+    DiskFullError,
+    WriteFailed,
+)
 from ..fsio import FileSystem
-
-if TYPE_CHECKING:
-    from .cleaner import _GroupWriter
+from .dirty import Segment
 
 DISK_FULL = frozenset({errnos.ENOSPC, errnos.EDQUOT})
 
 
-class WriteFailed(Exception):
-    """Internal: a write of the pass failed (``error`` is the ``OSError``)."""
+class Group(Protocol):
+    """What :func:`roll_back` reads of the cleaner's group writer (``cleaner._GroupWriter``),
+    named here so that this module does not import the cleaner back."""
 
-    def __init__(self, operation: str, path: str | None, error: OSError) -> None:
-        self.operation = operation
-        self.path = path
-        self.error = error
-        self.needed_bytes = 0  # the group's input bytes, when a group was being written
-        self.written_bytes = 0
-        self.group = ""  # "segments A..B", when a group was being written
-        self.rollback: list[str] = []
-        super().__init__(f"{operation} {path}: {error}")
+    @property
+    def segments(self) -> Sequence[Segment]: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def installing(self) -> bool: ...
+    def discard(self) -> None: ...
 
 
 class GuardedFS(FileSystem):
@@ -137,7 +141,7 @@ class GuardedFS(FileSystem):
             raise WriteFailed("write", os.path.join(directory, name), error) from error
 
 
-def roll_back(fs: FileSystem, directory: str, group: _GroupWriter, failure: WriteFailed) -> None:
+def roll_back(fs: FileSystem, directory: str, group: Group, failure: WriteFailed) -> None:
     """Undo the group a write failed in, and note on ``failure`` what was done.
 
     Before the swap (``group.installing`` false) the group's ``.rw`` files go. During it,

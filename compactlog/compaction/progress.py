@@ -1,12 +1,12 @@
 """Progress of a compaction pass, for a progress bar or the cleaner service's metrics.
 
-A pass has up to three phases, in order: ``"map"`` (reading the dirty head into the
-offset map), ``"verify"`` (checking the CRC of batches the map did not read, before any
+A pass has up to three phases, in order: ``"map"`` (reading the dirty section into
+the offset map), ``"verify"`` (checking the CRC of batches the map did not read, before any
 file changes; often empty) and ``"rewrite"`` (filtering the segments into their cleaned
 copies). For each phase that runs, the callback gets a first event with ``bytes_done == 0``
 and the bytes the phase plans to read, then an event at least every
 :data:`PROGRESS_EVERY_BYTES` bytes read, and a last event with ``bytes_done ==
-bytes_planned``. The plan can shrink: the map phase plans the whole dirty head but stops
+bytes_planned``. The plan can shrink: the map phase plans the whole dirty section but stops
 where the map fills, and its last event then says so (``bytes_planned`` becomes what was
 read). Bytes are segment bytes read, so a phase's rate is its read throughput.
 

@@ -34,8 +34,8 @@ class CleanerStats:
     # offset map
     map_entries: int = 0
     map_capacity: int = 0
-    map_records: int = 0  # head records fed to the map
-    map_bytes_read: int = 0  # head bytes read to build the map
+    map_records: int = 0  # dirty-section records fed to the map
+    map_bytes_read: int = 0  # dirty-section bytes read to build the map
     verify_bytes_read: int = 0  # bytes whose CRC was checked before any file changed
     map_full: bool = False
     # rewrite

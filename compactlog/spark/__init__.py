@@ -12,19 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .session import register
+
 SOURCE_NAME = "compactlog"
-
-
-def register(spark: Any) -> None:
-    """Register the ``compactlog`` data source with ``spark`` (a ``SparkSession``).
-
-    Only needed where auto-registration cannot see the ``pyspark_compactlog`` module (for
-    example an environment whose Python workers do not have compactlog installed on the
-    default path); registering twice is harmless.
-    """
-    from .source import CompactLogDataSource
-
-    spark.dataSource.register(CompactLogDataSource)
 
 
 def restore(*args: Any, **kwargs: Any) -> Any:

@@ -42,7 +42,7 @@ from ..latest import check_exact
 from ..offset_map import key_digests
 from ..reader import iter_batches
 from ..segment import list_segments
-from ..snapshot import is_snapshot, read_manifest, take_snapshot
+from ..snapshot import PARTIAL_SUFFIX, is_snapshot, read_manifest, take_snapshot
 from ..state_files import read_cleaner_state
 from .options import ReadOptions
 from .ranges import Partition, plan_partitions
@@ -107,7 +107,7 @@ def _reusable(
     holds every superseded record: the same state, read many times slower, its segments
     kept on disk) nor retention (records the log no longer has) happened since."""
     for name in sorted(os.listdir(root), reverse=True):
-        if not name.startswith(f"{IMPLICIT_PREFIX}{end:020d}-") or name.endswith(".partial"):
+        if not name.startswith(f"{IMPLICIT_PREFIX}{end:020d}-") or name.endswith(PARTIAL_SUFFIX):
             continue
         directory = os.path.join(root, name)
         try:

@@ -15,7 +15,7 @@ import re
 
 import pyarrow as pa
 
-from ..errors import ConfigError
+from ..errors import DdlError
 
 PRIMITIVES = {
     "string": pa.string(),
@@ -38,10 +38,6 @@ PRIMITIVES = {
     "timestamp_ntz": pa.timestamp("us"),
 }
 _TOKEN = re.compile(r"\s*(`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:]|\S)")
-
-
-class DdlError(ConfigError):
-    """A schema the Arrow engine cannot read (the message names the place)."""
 
 
 class _Parser:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 
+from .. import filenames
+
 PARTITION_PREFIX = "partition-"
 PARTITION_COLUMN = "partition"
 _NAME = re.compile(r"^partition-(\d+)$")
@@ -28,14 +30,14 @@ def list_partitions(table: str) -> list[tuple[int, str]]:
     for name in os.listdir(table):
         match = _NAME.match(name)
         directory = os.path.join(table, name)
-        if match and os.path.exists(os.path.join(directory, "meta")):
+        if match and os.path.exists(os.path.join(directory, filenames.META)):
             found.append((int(match.group(1)), directory))
     return sorted(found)
 
 
 def is_partitioned(path: str) -> bool:
     """A directory of logs (and not itself a log)."""
-    return not os.path.exists(os.path.join(path, "meta")) and bool(list_partitions(path))
+    return not os.path.exists(os.path.join(path, filenames.META)) and bool(list_partitions(path))
 
 
 __all__ = [

@@ -18,7 +18,7 @@ different ``N`` is refused (it would send keys to other logs).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
 
-from ..errors import ConfigError
+from .. import filenames
+from ..arrow.encode import log_encoding
+from ..errors import ConfigError, WriteRefusedByModeError
 from .logdirs import (
     PARTITION_COLUMN,
     is_partitioned,
@@ -34,7 +36,15 @@ from .logdirs import (
     partition_dir,
 )
 from .options import ReadOptions
-from .writer import CompactLogWriter, StagedFile, stage_task
+from .writer import (
+    CompactLogWriter,
+    StagedFile,
+    check_write_schema,
+    ensure_log,
+    parse_write_options,
+    stage_task,
+    start_job,
+)
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -45,7 +55,7 @@ def prepare_partitioned(table: str, count: int) -> list[str]:
     or a directory with another number of logs."""
     from ..log import open_log
 
-    if os.path.exists(os.path.join(table, "meta")):
+    if os.path.exists(os.path.join(table, filenames.META)):
         raise ConfigError(
             f"{table} is a single log: numLogs writes a directory of logs (use another path, "
             "or drop numLogs to append to this log)"
@@ -59,7 +69,7 @@ def prepare_partitioned(table: str, count: int) -> list[str]:
         )
     directories = [partition_dir(table, i) for i in range(count)]
     for directory in directories:
-        if not os.path.exists(os.path.join(directory, "meta")):
+        if not os.path.exists(os.path.join(directory, filenames.META)):
             open_log(directory).close()
     return directories
 
@@ -187,6 +197,27 @@ class PartitionedReader(DataSourceReader):
             yield pa.RecordBatch.from_arrays([arrays[f.name] for f in full], schema=full)
 
 
+def make_writer(raw_options: Mapping[str, str], schema: Any, overwrite: bool) -> Any:
+    """What ``DataSource.writer`` returns: checks mode and columns, starts the job."""
+    from .arrow import target_schema
+
+    options = parse_write_options(raw_options)
+    if overwrite:
+        raise WriteRefusedByModeError(
+            f"mode('overwrite') is refused for {options.path}: a log is append-only. Use "
+            "mode('append'); to replace every key's value append new records (a compacted "
+            "log keeps the latest), or write to a new path"
+        )
+    check_write_schema(target_schema(schema))
+    if options.num_logs is not None:
+        logs = prepare_partitioned(options.path, options.num_logs)
+        encodings = {log: log_encoding(log) for log in logs}
+        return PartitionedWriter(options, start_job(options.staging_dir), encodings)
+    ensure_log(options.path)
+    encodings = {options.path: log_encoding(options.path)}
+    return CompactLogWriter(options, start_job(options.staging_dir), encodings)
+
+
 __all__ = [
     "PARTITION_COLUMN",
     "PartitionedReader",
@@ -196,5 +227,6 @@ __all__ = [
     "is_partitioned",
     "key_partitions",
     "list_partitions",
+    "make_writer",
     "prepare_partitioned",
 ]

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..fsio import fsync_dir, fsync_file
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
 from .options import ReadOptions
 
@@ -308,8 +309,8 @@ def _replace_output(
     try:
         rows = fill(temp)  # step 1
         for name in os.listdir(temp):  # step 2
-            _fsync_path(os.path.join(temp, name), os.O_RDONLY)
-        _fsync_path(temp, os.O_RDONLY | os.O_DIRECTORY)
+            fsync_file(os.path.join(temp, name))
+        fsync_dir(temp)
         result.rows = rows
         result.spark_seconds = time.perf_counter() - engine_started
         result.seconds = time.perf_counter() - started
@@ -324,7 +325,7 @@ def _replace_output(
             old = f"{output}.old-{os.getpid()}"
             os.rename(output, old)
         os.rename(temp, output)  # step 4
-        _fsync_path(os.path.dirname(output), os.O_RDONLY | os.O_DIRECTORY)
+        fsync_dir(os.path.dirname(output))
         if old is not None:  # step 5
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
@@ -389,14 +390,6 @@ def _csv_ready(df: Any) -> Any:
         else:
             columns.append(F.col(field_.name))
     return df.select(*columns)
-
-
-def _fsync_path(path: str, flags: int) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = [

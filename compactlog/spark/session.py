@@ -12,11 +12,7 @@ import shutil
 import sys
 from typing import Any
 
-from ..errors import CompactLogError
-
-
-class SparkUnavailableError(CompactLogError):
-    """Spark cannot start here (pyspark not installed, or no ``java``)."""
+from ..errors import SparkUnavailableError
 
 
 def worker_python_env() -> None:
@@ -43,6 +39,18 @@ def check_spark_available() -> None:
         )
 
 
+def register(spark: Any) -> None:
+    """Register the ``compactlog`` data source with ``spark`` (a ``SparkSession``).
+
+    Only needed where auto-registration cannot see the ``pyspark_compactlog`` module (for
+    example an environment whose Python workers do not have compactlog installed on the
+    default path); registering twice is harmless.
+    """
+    from .source import CompactLogDataSource
+
+    spark.dataSource.register(CompactLogDataSource)
+
+
 def local_session(
     master: str = "local[*]",
     *,
@@ -54,8 +62,6 @@ def local_session(
     check_spark_available()
     worker_python_env()
     from pyspark.sql import SparkSession
-
-    from . import register
 
     builder = (
         SparkSession.builder.master(master)
@@ -74,4 +80,10 @@ def local_session(
     return spark
 
 
-__all__ = ["SparkUnavailableError", "check_spark_available", "local_session", "worker_python_env"]
+__all__ = [
+    "SparkUnavailableError",
+    "check_spark_available",
+    "local_session",
+    "register",
+    "worker_python_env",
+]

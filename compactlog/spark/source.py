@@ -2,8 +2,10 @@
 
 Spark pickles these classes by reference and imports this module in every Python worker,
 so it must have no import-time side effects: it defines classes and nothing else (no
-session, no environment changes, no file access). A stream reader and a writer will sit
-beside :class:`CompactLogReader` (``DataSource.streamReader`` / ``writer``).
+session, no environment changes, no file access). :class:`CompactLogDataSource` hands
+out the batch reader defined here, the partitioned reader (``partitioned.py``), the stream
+reader (``stream.py``) and the writer (``writer.py``, chosen in ``partitioned.make_writer``);
+a task's offsets are :class:`~.input_partition.CompactLogPartition`.
 
 Every entry point is decorated with :func:`~.user_errors.ours`, so a compactlog error
 reaches the user as our message right after Spark's prefix, not a traceback.
@@ -24,21 +26,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .input_partition import CompactLogPartition
 from .options import ReadOptions, parse_options, schema_ddl
 from .user_errors import ours
-
-
-class CompactLogPartition(InputPartition):
-    """One task's offsets ``[start, end)`` of the snapshot being read."""
-
-    def __init__(self, index: int, start: int, end: int) -> None:
-        super().__init__(index)
-        self.index = index
-        self.start = start
-        self.end = end
-
-    def __repr__(self) -> str:
-        return f"CompactLogPartition({self.index}, offsets {self.start}..{self.end})"
 
 
 class CompactLogReader(DataSourceReader):
@@ -110,7 +100,7 @@ class CompactLogDataSource(DataSource):
     @ours
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """``df.write.format("compactlog")``: see :mod:`compactlog.spark.writer`."""
-        from .writer import make_writer
+        from .partitioned import make_writer
 
         return make_writer(self.options, schema, overwrite)
 

@@ -47,8 +47,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import CompactLogError, ConfigError
+from .input_partition import CompactLogPartition  # a micro-batch task is a batch task
 from .options import ReadOptions, _int
-from .source import CompactLogPartition  # a micro-batch task is a batch task: offsets [start, end)
 from .user_errors import ours
 
 log = logging.getLogger("compactlog.spark.stream")

@@ -31,16 +31,16 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from .. import filenames
 from ..arrow.encode import (
     APPEND_RECORDS,
     LogEncoding,
     check_write_schema,
     encode_rows,
-    log_encoding,
     normalize,
 )
 from ..batch_encode import EncodedBatch, read_staged_batches
-from ..errors import CompactLogError, ConfigError
+from ..errors import ConfigError, StagedFileError, WriteRefusedByModeError
 from ..format import STAGING_FILE_HEADER
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
@@ -49,10 +49,6 @@ STAGING_DIR = ".spark-staging"
 COMMIT_FILE = "COMMIT"
 STAGED_SUFFIX = ".batches"
 PARTIAL_SUFFIX = ".partial"
-
-
-class WriteRefusedByModeError(ConfigError):
-    """``mode("overwrite")`` on a log: a log is append-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +191,6 @@ def stage_task(
 # -- appending (driver) ---------------------------------------------------------------
 
 
-class StagedFileError(CompactLogError):
-    """A staged file that does not hold what its task reported (damaged or truncated):
-    the commit refuses the job before appending anything."""
-
-
 class CheckedStaging:
     """A staged file mapped into memory and checked (size, file header, every batch's
     CRC, the batches and records its task reported), its batches ready to append."""
@@ -320,7 +311,7 @@ def ensure_log(path: str) -> None:
     """Create the log at ``path`` if it does not exist yet (a write to a new path)."""
     from ..log import open_log
 
-    if not os.path.exists(os.path.join(path, "meta")):
+    if not os.path.exists(os.path.join(path, filenames.META)):
         open_log(path).close()
 
 
@@ -369,29 +360,6 @@ def staged_files(messages: Sequence[WriterCommitMessage | None]) -> dict[str, li
     return files
 
 
-def make_writer(raw_options: Mapping[str, str], schema: Any, overwrite: bool) -> Any:
-    """What ``DataSource.writer`` returns: checks mode and columns, starts the job."""
-    from .arrow import target_schema
-
-    options = parse_write_options(raw_options)
-    if overwrite:
-        raise WriteRefusedByModeError(
-            f"mode('overwrite') is refused for {options.path}: a log is append-only. Use "
-            "mode('append'); to replace every key's value append new records (a compacted "
-            "log keeps the latest), or write to a new path"
-        )
-    check_write_schema(target_schema(schema))
-    if options.num_logs is not None:
-        from .partitioned import PartitionedWriter, prepare_partitioned
-
-        logs = prepare_partitioned(options.path, options.num_logs)
-        encodings = {log: log_encoding(log) for log in logs}
-        return PartitionedWriter(options, start_job(options.staging_dir), encodings)
-    ensure_log(options.path)
-    encodings = {options.path: log_encoding(options.path)}
-    return CompactLogWriter(options, start_job(options.staging_dir), encodings)
-
-
 __all__ = [
     "CompactLogWriter",
     "LogEncoding",
@@ -401,6 +369,5 @@ __all__ = [
     "WriteRefusedByModeError",
     "check_write_schema",
     "commit_staged",
-    "make_writer",
     "parse_write_options",
 ]

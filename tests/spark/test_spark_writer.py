@@ -256,12 +256,8 @@ def test_the_tasks_encoder_makes_the_batches_encode_batch_makes(
 
 def stage(path, batches, **log_config):
     """Stage ``batches`` (Arrow) as one task would; returns the writer and its message."""
-    from compactlog.spark.writer import (
-        CompactLogWriter,
-        log_encoding,
-        parse_write_options,
-        start_job,
-    )
+    from compactlog.arrow.encode import log_encoding
+    from compactlog.spark.writer import CompactLogWriter, parse_write_options, start_job
 
     with compactlog.open(path, update_config=True, **log_config):  # (stored on a log made before)
         pass

@@ -1,0 +1,31 @@
+"""``compactlog.repair(path)``: recovery's file fixes, then an open of the log.
+
+:func:`compactlog.recovery.repair` fixes the files with the writers' lock held and then
+needs the open-time passes (tail validation, a dead writer's precommit), which only an
+open :class:`~compactlog.log.Log` runs. ``recovery.py`` sits below ``log.py`` and does not
+import it, so the open is handed in from here, above both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .log import Log
+from .recovery import RepairReport
+from .recovery import repair as _repair_files
+
+
+def _open_time_passes(directory: str) -> list[str]:
+    with Log(directory) as log:
+        return log.recovery_report
+
+
+def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
+    """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
+
+    Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    """
+    return _repair_files(path, dry_run=dry_run, open_passes=_open_time_passes)
+
+
+__all__ = ["RepairReport", "repair"]
