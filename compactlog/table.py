@@ -13,7 +13,7 @@ never change, and records that vanish were superseded. Retention moving the log 
 meanwhile may have removed records before they were read: the restore starts again.
 
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
-(``subscriber._Watcher``: no polling loop); a background thread per log applies what each
+(``watch.HeadWatcher``: no polling loop); a background thread per log applies what each
 poll returns. It is transient (``~table``) for the memory store; the disk store's is
 durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
 ``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
