@@ -2,12 +2,12 @@
 
 Correct whether or not the log was compacted, in two passes over the same open segment
 files. Below the cleaner point ``p`` (the clean tail) a cleaning pass left every key at
-most once; only the dirty head ``[p, end)`` may hold several versions of a key. Pass 1
-reads the head alone and maps each key digest to its latest offset there (24 bytes per
+most once; only the dirty section ``[p, end)`` may hold several versions of a key. Pass 1
+reads the dirty section alone and maps each key digest to its latest offset there (24 bytes per
 distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
-head, or lies in the tail with a key the head does not hold
-(:class:`~compactlog.headindex.HeadIndex`, also the Spark source's rule; no key is hashed
-in pass 2 when the head is empty). Both passes are columnar
+dirty section, or lies in the tail with a key the dirty section does not hold
+(:class:`~compactlog.dirtyindex.DirtyIndex`, also the Spark source's rule; no key is hashed
+in pass 2 when the dirty section is empty). Both passes are columnar
 (:func:`latest_batches` yields filtered :class:`~compactlog.batch_decode.RecordBatch` objects);
 :func:`latest_records` turns them into :class:`~compactlog.batch_decode.Record` objects.
 
@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .batch_decode import Record, RecordBatch, filter_batch
+from .dirtyindex import DirtyIndex, dirty_map_of
 from .errors import InexactReadError, MissingSegmentError
-from .headindex import HeadIndex, head_map_of
 from .segment import HEADER_SIZE, SegmentReader, list_segments
 from .state_files import read_cleaner_state
 
@@ -152,12 +152,12 @@ def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
     # records below the point read, so every key there still appears at most once
     point = max(min(read_cleaner_state(log.directory).first_dirty_offset, end), start)
     with _OpenSegments(log.directory, start, end) as segments:
-        head_map = head_map_of(segments.batches(point))
-        head = HeadIndex(head_map, point, end) if len(head_map) else None
+        dirty_map = dirty_map_of(segments.batches(point))
+        dirty = DirtyIndex(dirty_map, point, end) if len(dirty_map) else None
         for batch in segments.batches():
             keep = (batch.key_lengths >= 0) & (batch.value_lengths >= 0)
-            if head is not None:
-                keep &= head.latest_mask(batch)
+            if dirty is not None:
+                keep &= dirty.latest_mask(batch)
             if bool(keep.all()):
                 yield batch
             elif bool(keep.any()):

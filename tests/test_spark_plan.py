@@ -120,14 +120,14 @@ def test_latest_over_all_partitions_equals_the_model(
     assert sorted((r["offset"], r["key"], r["value"]) for r in rows) == expected
 
 
-def test_a_key_with_versions_in_every_partition_of_the_dirty_head(tmp_path):
+def test_a_key_with_versions_in_every_partition_of_the_dirty_section(tmp_path):
     ops = [(b"hot", b"v%d" % i) if i % 3 else (b"k%d" % i, b"x") for i in range(400)]
     ops.append((b"hot", None))
     ops.append((b"hot", b"final"))
     write(tmp_path / "log", ops, compact_at={150})
     rows, plan = read_all(tmp_path / "log", numPartitions=5)
     assert len(plan.partitions) == 5
-    assert plan.head_keys > 0 and plan.cleaner_point > 0
+    assert plan.dirty_keys > 0 and plan.cleaner_point > 0
     state = latest_of(rows)
     assert state[b"hot"] == b"final"
     assert state == model_latest(ops)
@@ -313,32 +313,32 @@ def test_keyless_records_of_a_delete_policy_log(tmp_path):
     assert latest_of(latest) == {b"k": b"2"}
 
 
-def test_tail_keys_that_only_collide_in_the_head_filter_are_kept(tmp_path, monkeypatch):
-    """The head's bit filter may say "maybe" for a tail key that is not in the head; the
+def test_tail_keys_that_only_collide_in_the_dirty_filter_are_kept(tmp_path, monkeypatch):
+    """The dirty section's bit filter may say "maybe" for a tail key that is not there; the
     exact lookup behind it decides. A filter of 8 bits makes nearly every key collide."""
-    from compactlog.spark.batch import HeadIndex
+    from compactlog.spark.batch import DirtyIndex
 
-    monkeypatch.setattr(HeadIndex, "MIN_FILTER_BITS", 8)
-    monkeypatch.setattr(HeadIndex, "FILTER_BITS_PER_KEY", 0)
+    monkeypatch.setattr(DirtyIndex, "MIN_FILTER_BITS", 8)
+    monkeypatch.setattr(DirtyIndex, "FILTER_BITS_PER_KEY", 0)
     ops = [(b"k%03d" % (i % 150), b"v%d" % i) for i in range(600)]
     ops += [(b"k%03d" % i, None if i % 2 else b"new") for i in range(0, 30)]
     write(tmp_path / "log", ops, compact_at={599})
     rows, plan = read_all(tmp_path / "log", numPartitions=3)
-    assert plan.head is not None and 0 < plan.head_keys < 150
-    assert plan.head.maybe_present(np.arange(1000, dtype=np.uint64) << np.uint64(56)).all()
+    assert plan.dirty is not None and 0 < plan.dirty_keys < 150
+    assert plan.dirty.maybe_present(np.arange(1000, dtype=np.uint64) << np.uint64(56)).all()
     assert latest_of(rows) == model_latest(ops)
 
 
-def test_the_head_index_pickles_without_its_caches(tmp_path):
+def test_the_dirty_index_pickles_without_its_caches(tmp_path):
     import pickle
 
     ops = [(b"k%d" % (i % 20), b"v%d" % i) for i in range(300)]
     write(tmp_path / "log", ops, compact_at={200})
     _rows, plan = read_all(tmp_path / "log")
-    assert plan.head is not None and plan.head._filter is not None  # used by the read
+    assert plan.dirty is not None and plan.dirty._filter is not None  # used by the read
     copy = pickle.loads(pickle.dumps(plan))
-    assert copy.head._filter is None and copy.head._bits is None
-    assert (copy.head.map.hi == plan.head.map.hi).all()
+    assert copy.dirty._filter is None and copy.dirty._bits is None
+    assert (copy.dirty.map.hi == plan.dirty.map.hi).all()
     layout = Layout(BINARY_LAYOUT, "binary")
     again = [
         row

@@ -11,18 +11,18 @@ task reads the same files whatever the writers and the cleaner do meanwhile.
 Latest per key across partitions. Partitions are offset ranges following groups of
 segments, so a key's versions may sit in several of them. Below the cleaner point ``p``
 (the clean tail) every key appears at most once: that is what a cleaning pass leaves. The
-dirty head ``[p, end)`` may hold many versions, so planning reads the head once and builds
-an exact map from key digest to the key's latest offset in the head (24 bytes per key,
-shipped to every task). A task then keeps a record iff it is not a tombstone and
+dirty section ``[p, end)`` may hold many versions, so planning reads it once and builds an
+exact map from key digest to the key's latest offset there (24 bytes per key, shipped to
+every task). A task then keeps a record iff it is not a tombstone and
 
-* it lies in the head and its offset is its key's latest there, or
-* it lies in the tail and its key does not appear in the head at all.
+* it lies in the dirty section and its offset is its key's latest there, or
+* it lies in the tail and its key does not appear in the dirty section at all.
 
 Each task decides alone, so no shuffle is needed. Tasks query the map through a
-:class:`~compactlog.headindex.HeadIndex` (``Log.latest`` uses it too): head records are
-judged by a bitmap of the head's latest offsets (no digest at all), tail records by their
-digest, first against a small bit filter of the head's digests (most tail keys are not in
-the head) and exactly only where the filter says maybe.
+:class:`~compactlog.dirtyindex.DirtyIndex` (``Log.latest`` uses it too): dirty-section records are
+judged by a bitmap of the dirty section's latest offsets (no digest at all), tail records by their
+digest, first against a small bit filter of the dirty section's digests (most tail keys are not in
+the dirty section) and exactly only where the filter says maybe.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..arrow.convert import Columns, chunk_columns
+from ..dirtyindex import DirtyIndex, build_dirty_map
 from ..errors import InexactReadError
-from ..headindex import HeadIndex, build_head_map
 from ..latest import check_exact
 from ..offset_map import key_digests
 from ..reader import iter_batches
@@ -60,11 +60,11 @@ class ReadPlan:
     start: int
     end: int
     changelog: bool
-    head_start: int  # latest mode: records at or after it are judged by ``head``
-    head: HeadIndex | None
+    dirty_start: int  # latest mode: records at or after it are judged by ``dirty``
+    dirty: DirtyIndex | None
     keys: tuple[bytes, ...] | None
     partitions: list[Partition] = field(default_factory=list)
-    head_keys: int = 0
+    dirty_keys: int = 0
 
 
 # -- choosing what to read ------------------------------------------------------------
@@ -140,7 +140,7 @@ def _prune(root: str, now_ns: int, retention_minutes: int) -> None:
 
 
 def plan_read(options: ReadOptions) -> ReadPlan:
-    """Resolve the snapshot, the offset range, the head map and the partitions."""
+    """Resolve the snapshot, the offset range, the dirty-section map and the partitions."""
     directory, snapshot_end, cleaner_point = resolve_snapshot(options)
     bases = list_segments(directory)
     from ..state_files import read_meta
@@ -160,13 +160,15 @@ def plan_read(options: ReadOptions) -> ReadPlan:
             allow_inexact=options.allow_inexact,
             names=("asOfOffset", "allowInexact=true"),
         )
-    head_start = max(start, min(cleaner_point, end))
-    head_map = None
-    head_keys = 0
-    if not options.changelog and head_start < end:
-        head_map = build_head_map(directory, head_start, end)
-        head_keys = len(head_map)
-    head = HeadIndex(head_map, head_start, end) if head_map is not None and head_keys else None
+    dirty_start = max(start, min(cleaner_point, end))
+    dirty_map = None
+    dirty_keys = 0
+    if not options.changelog and dirty_start < end:
+        dirty_map = build_dirty_map(directory, dirty_start, end)
+        dirty_keys = len(dirty_map)
+    dirty = (
+        DirtyIndex(dirty_map, dirty_start, end) if dirty_map is not None and dirty_keys else None
+    )
     plan = ReadPlan(
         directory=directory,
         source=os.path.abspath(options.path),
@@ -175,10 +177,10 @@ def plan_read(options: ReadOptions) -> ReadPlan:
         start=start,
         end=end,
         changelog=options.changelog,
-        head_start=head_start,
-        head=head,
+        dirty_start=dirty_start,
+        dirty=dirty,
         keys=options.keys,
-        head_keys=head_keys,
+        dirty_keys=dirty_keys,
     )
     plan.partitions = plan_partitions(directory, start, end, options.num_partitions)
     return plan
@@ -192,8 +194,8 @@ def keep_mask(plan: ReadPlan, columns: Columns) -> np.ndarray | None:
     keep: np.ndarray | None = None
     if not plan.changelog:
         keep = (columns.value_lengths >= 0) & (columns.key_lengths >= 0)
-        if plan.head is not None:
-            keep &= plan.head.latest_mask(columns)
+        if plan.dirty is not None:
+            keep &= plan.dirty.latest_mask(columns)
     if plan.keys is not None:
         keep = _key_filter(plan.keys, columns) & (True if keep is None else keep)
     if keep is not None and bool(keep.all()):
@@ -233,7 +235,7 @@ __all__ = [
     "InexactReadError",
     "Partition",
     "ReadPlan",
-    "build_head_map",
+    "build_dirty_map",
     "keep_mask",
     "plan_partitions",
     "plan_read",

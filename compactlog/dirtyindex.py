@@ -1,9 +1,9 @@
-"""The dirty head of a log as an index: which records the latest state keeps.
+"""The dirty section of a log as an index: which records the latest state keeps.
 
 Below the cleaner point ``p`` (the clean tail) a cleaning pass left every key at most
-once; only the head ``[p, end)`` may hold several versions of a key. So a record belongs to
-the latest state (tombstones aside) iff it lies in the head and is its key's latest there,
-or lies in the tail and its key has no record in the head. :class:`HeadIndex` answers that
+once; only the dirty section ``[p, end)`` may hold several versions of a key. So a record belongs to
+the latest state (tombstones aside) iff it lies in the dirty section and is its key's latest there,
+or lies in the tail and its key has no record in the dirty section. :class:`DirtyIndex` answers that
 for whole batches; ``Log.latest`` and the Spark source's latest mode both use it.
 """
 
@@ -24,19 +24,19 @@ _THREE = np.uint64(3)
 _SEVEN = np.uint64(7)
 
 
-class HeadIndex:
-    """The dirty head's latest offset per key, shaped for the questions tasks ask.
+class DirtyIndex:
+    """The dirty section's latest offset per key, shaped for the questions tasks ask.
 
     ``latest_mask`` answers, for each keyed record of a chunk, "is this the record the
-    latest state keeps as far as the head is concerned": a head record (offset at or after
+    latest state keeps as far as the dirty section is concerned": a record (offset at or after
     ``start``) iff it is its key's latest offset, a tail record iff its key has no record in
-    the head. Both answers are exact; the two structures below only make them cheap:
+    the dirty section. Both answers are exact; the two structures below only make them cheap:
 
-    * ``latest bits``: one bit per head offset, set at each key's latest
-      (:meth:`OffsetMap.latest_bits`), so head records need no digest and no search;
-    * ``filter``: a bitmap indexed by the top bits of the head keys' ``hi`` digests (about
+    * ``latest bits``: one bit per offset of the dirty section, set at each key's latest
+      (:meth:`OffsetMap.latest_bits`), so dirty-section records need no digest and no search;
+    * ``filter``: a bitmap indexed by the top bits of the dirty-section keys' ``hi`` digests (about
       64 bits per key, so roughly 1 in 60 absent keys hits a set bit by chance). A tail key
-      whose bit is clear is not in the head; only the rest are looked up in the map, which
+      whose bit is clear is not in the dirty section; only the rest are looked up in the map, which
       on a compacted log is the small share of keys updated since the last pass.
 
     Both are built on first use in each task (never pickled: the map alone is shipped).
@@ -46,16 +46,16 @@ class HeadIndex:
     MIN_FILTER_BITS = 1 << 16
     MAX_FILTER_BITS = 1 << 30
 
-    def __init__(self, head_map: OffsetMap, start: int, end: int) -> None:
-        self.map = head_map
+    def __init__(self, dirty_map: OffsetMap, start: int, end: int) -> None:
+        self.map = dirty_map
         self.start = start
         self.end = end
         self._bits: np.ndarray | None = None
         self._filter: np.ndarray | None = None
         self._shift = 64
 
-    def __reduce__(self) -> tuple[type[HeadIndex], tuple[OffsetMap, int, int]]:
-        return HeadIndex, (self.map, self.start, self.end)  # the caches are rebuilt
+    def __reduce__(self) -> tuple[type[DirtyIndex], tuple[OffsetMap, int, int]]:
+        return DirtyIndex, (self.map, self.start, self.end)  # the caches are rebuilt
 
     def __len__(self) -> int:
         return len(self.map)
@@ -71,7 +71,7 @@ class HeadIndex:
         return table
 
     def maybe_present(self, hi: np.ndarray) -> np.ndarray:
-        """False where a digest is certainly not in the head (no false negatives)."""
+        """False where a digest is certainly not in the dirty section (no false negatives)."""
         table = self._filter if self._filter is not None else self._build_filter()
         slots = hi >> np.uint64(self._shift)
         return (table[slots >> _THREE] & _BIT[slots & _SEVEN]) != 0
@@ -97,23 +97,23 @@ class HeadIndex:
         return result
 
 
-def build_head_map(directory: str, start: int, end: int) -> OffsetMap:
+def build_dirty_map(directory: str, start: int, end: int) -> OffsetMap:
     """Latest offset of every key among the keyed records of ``[start, end)``."""
-    return head_map_of(iter_batches(directory, start, end))
+    return dirty_map_of(iter_batches(directory, start, end))
 
 
-def head_map_of(batches: Iterable[RecordBatch]) -> OffsetMap:
+def dirty_map_of(batches: Iterable[RecordBatch]) -> OffsetMap:
     """Latest offset of every key among the keyed records of ``batches``."""
-    head = OffsetMap(UNLIMITED)
+    latest = OffsetMap(UNLIMITED)
     for batch in batches:
         has_key = batch.key_lengths >= 0
         hi, lo = key_digests(batch.keys_blob, batch.key_lengths)
         offsets = batch.offsets
         if not bool(has_key.all()):
             hi, lo, offsets = hi[has_key], lo[has_key], offsets[has_key]
-        head.put(hi, lo, offsets)
-    head.flush()
-    return head
+        latest.put(hi, lo, offsets)
+    latest.flush()
+    return latest
 
 
-__all__ = ["HeadIndex", "build_head_map", "head_map_of"]
+__all__ = ["DirtyIndex", "build_dirty_map", "dirty_map_of"]
