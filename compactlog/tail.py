@@ -36,6 +36,7 @@ from .head import Head
 from .segment import (
     HEADER_SIZE,
     check_segment_header,
+    first_wrong_entry,
     index_is_consistent,
     index_path,
     list_segments,
@@ -156,7 +157,14 @@ def open_newest_tail(
         next_offset = result.next_offset
     if next_offset is None:
         next_offset = base if start == HEADER_SIZE else _next_offset_from_scan(fd, path, base)
-    rebuilt = entries is None or not index_is_consistent(entries, valid_end)
+    rebuilt = (
+        entries is None
+        or not index_is_consistent(entries, valid_end)
+        # after a crash the index may be older or newer than the segment (it is never
+        # fsynced): an entry can name a batch that a power loss took back and a later
+        # writer replaced, so each entry is checked against the batch it points at
+        or (cut_from is not None and _has_wrong_entry(fd, base, entries, valid_end))
+    )
     if rebuilt:
         rebuild_index(fs, directory, base, index_interval, valid_end)
     index_fd, index_size = _open_index(fs, directory, base)
@@ -216,6 +224,21 @@ def batch_at(fd: int, position: int) -> BatchHeader | None:
         data = read_all(fd, position, header.length)
         header, _ = check_batch(data, 0, len(data))
     return header
+
+
+def _has_wrong_entry(fd: int, base: int, entries: Any, valid_end: int) -> bool:
+    """Whether an index entry does not point at a batch header holding its offset within
+    the valid data. Headers only (one 48-byte read per entry): the data was validated by the
+    scan, or lies before the sync point; a reader checks the CRC of what it reads anyway."""
+
+    def base_at(position: int) -> int | None:
+        first = read_all(fd, position, BATCH_HEADER.size)
+        if len(first) < BATCH_HEADER.size:
+            return None
+        header, _ = read_batch_header(first, 0, valid_end - position)  # (48 bytes unpacked)
+        return None if header is None else header.base_offset
+
+    return first_wrong_entry(entries, base, base_at) is not None
 
 
 def _checked_index_start(fd: int, base: int, entries: Any) -> int:

@@ -281,6 +281,10 @@ class SegmentWriter:
                 if self.active is not None:  # (None: recovery failed at open)
                     self.active.cut_reserved()
                     head = self._current_head()
+                    try:  # the clean-shutdown marker vouches for the index too: recovery
+                        self.fs.fdatasync(self.active.index_fd)  # then trusts it as it is
+                    except OSError:
+                        on_final_head = None  # no marker: the next open checks every entry
                     if on_final_head is not None:
                         on_final_head(head)
         finally:
