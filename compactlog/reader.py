@@ -20,8 +20,9 @@ import bisect
 from collections.abc import Iterable, Iterator
 
 from .batch_decode import RecordBatch
-from .errors import CorruptLogError, MissingSegmentError
-from .segment import HEADER_SIZE, SegmentReader, list_segments, lookup_position, read_index
+from .errors import MissingSegmentError
+from .segment import SegmentReader, list_segments
+from .tail import scan_start
 
 OPEN_ATTEMPTS = 20  # fresh listings in a row whose segment vanished before it was opened
 
@@ -46,7 +47,6 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
             wanted.next_offset = bases[0]
         base = bases[i]
         last = i == len(bases) - 1
-        position = lookup_position(read_index(directory, base), base, wanted.next_offset)
         try:
             reader = SegmentReader(directory, base, last_segment=last)
         except MissingSegmentError:
@@ -58,7 +58,8 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
             continue
         missing = 0
         with reader:
-            yield from wanted.take(_batches_from(reader, position, wanted.next_offset))
+            position = scan_start(reader.fd, directory, base, wanted.next_offset)
+            yield from wanted.take(reader.runs(position))
         if wanted.done:
             return
         if last:
@@ -95,28 +96,6 @@ class Wanted:
             self.next_offset = batch.next_offset
             if len(trimmed):
                 yield trimmed
-
-
-def _batches_from(reader: SegmentReader, position: int, target: int) -> Iterator[RecordBatch]:
-    """Batches from an index hint. A hint read from an index that no longer matches the
-    file (the segment was rewritten in between) either lands on no batch or on one that
-    starts after ``target``; both fall back to the segment's start. A batch starting at or
-    before ``target`` is safe: offsets only grow along a file."""
-    if position == HEADER_SIZE:
-        yield from reader.runs(position)
-        return
-    try:
-        iterator = reader.runs(position)
-        first = next(iterator, None)
-    except CorruptLogError:
-        yield from reader.runs(HEADER_SIZE)
-        return
-    if first is not None and first.base_offset > target:
-        yield from reader.runs(HEADER_SIZE)
-        return
-    if first is not None:
-        yield first
-        yield from iterator
 
 
 def trim_batch(batch: RecordBatch, start: int, end: int | None) -> RecordBatch:

@@ -87,9 +87,7 @@ from .segment import (
     SegmentReader,
     check_segment_header,
     list_segments,
-    lookup_position,
     read_all,
-    read_index,
     segment_data_size,
     segment_path,
     unsynced_from,
@@ -99,7 +97,7 @@ from .segment import (
 from .serde import RAW, Serde
 from .small_runs import SmallRun, decode_small_run
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
-from .tail import batch_at
+from .tail import scan_start
 from .watch import SLEEP_MAX_S, SLEEP_MIN_S, HeadWatcher
 
 if TYPE_CHECKING:
@@ -368,19 +366,12 @@ def _byte_position(directory: str, base: int, offset: int, *, last: bool) -> int
     """Byte position in segment ``base`` of the first batch holding an offset >= ``offset``."""
     if offset <= base:
         return HEADER_SIZE
-    hint = lookup_position(read_index(directory, base), base, offset)
     with SegmentReader(directory, base, last_segment=last) as reader:
         end = reader.readable_size()
-        for start in (hint, HEADER_SIZE) if hint != HEADER_SIZE else (hint,):
-            try:
-                for position, header in reader.headers(start):
-                    if header.next_offset > offset:
-                        return position
-                return end
-            except CorruptLogError:
-                if start == HEADER_SIZE:
-                    raise  # a stale index hint falls back to the start; real damage raises
-    return end
+        for position, header in reader.headers(scan_start(reader.fd, directory, base, offset)):
+            if header.next_offset > offset:
+                return position
+        return end
 
 
 def lag_report(log: Log) -> list[SubscriberLag]:
@@ -928,7 +919,7 @@ class Subscriber:
                     os.close(fd)
                     return None  # a newest segment whose header is not written (yet)
                 check_segment_header(segment_path(self.directory, base), header)
-                pos = self._validated_hint(fd, base)
+                pos = scan_start(fd, self.directory, base, self._position)
                 cursor = _Cursor(base, fd, os.fstat(fd).st_ino, pos)
             except BaseException:
                 os.close(fd)
@@ -936,18 +927,6 @@ class Subscriber:
             self._fds.cursor = cursor
             return cursor
         return None
-
-    def _validated_hint(self, fd: int, base: int) -> int:
-        """Byte position to start scanning ``base`` for the position: the index hint if
-        the batch there is valid and not past the position (the index may belong to a
-        newer rewrite of the file than ``fd``), else the start of the segment."""
-        hint = lookup_position(read_index(self.directory, base), base, self._position)
-        if hint == HEADER_SIZE:
-            return hint
-        header = batch_at(fd, hint)
-        if header is None or header.base_offset > self._position:
-            return HEADER_SIZE
-        return hint
 
     def _advance(self, cursor: _Cursor) -> bool:
         """The closed segment under ``cursor`` is read to its end: move to the segment

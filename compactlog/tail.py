@@ -40,6 +40,7 @@ from .segment import (
     index_is_consistent,
     index_path,
     list_segments,
+    lookup_position,
     read_all,
     read_index,
     scan_segment,
@@ -224,6 +225,21 @@ def batch_at(fd: int, position: int) -> BatchHeader | None:
         data = read_all(fd, position, header.length)
         header, _ = check_batch(data, 0, len(data))
     return header
+
+
+def scan_start(fd: int, directory: str, base: int, offset: int) -> int:
+    """Where a scan of segment ``base`` (open as ``fd``) for ``offset`` starts: its index
+    entry at or before ``offset`` if a whole, valid batch starting at or before ``offset`` is
+    there, else the segment's start. An index is a cache that may belong to an older or
+    newer version of the file (a cleaner swap, a power loss), and offsets only grow along a
+    file, so such a batch is a safe place to start (readers, subscribers)."""
+    hint = lookup_position(read_index(directory, base), base, offset)
+    if hint == HEADER_SIZE:
+        return hint
+    header = batch_at(fd, hint)
+    if header is None or header.base_offset > offset:
+        return HEADER_SIZE
+    return hint
 
 
 def _has_wrong_entry(fd: int, base: int, entries: Any, valid_end: int) -> bool:
