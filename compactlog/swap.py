@@ -30,9 +30,12 @@ import json
 import os
 
 from . import filenames
+from .config import LogConfig
+from .errors import CompactLogError
 from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, segment_path
+from .state_files import read_meta
 from .tail import rebuild_index
 
 
@@ -97,8 +100,12 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     others = [int(b) for b in intent["others"]]
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     if os.path.exists(log_rw):
-        # 1.
-        rebuild_index(fs, directory, first, 4096)
+        # 1. (at the log's own index interval, as the writer and the cleaner index)
+        try:
+            interval = read_meta(directory).config.index_interval_bytes
+        except CompactLogError:
+            interval = LogConfig().index_interval_bytes  # (repair of a damaged meta)
+        rebuild_index(fs, directory, first, interval)
         # 2.
         fs.remove(intent_path)
         fs.fsync_dir(directory)

@@ -140,3 +140,33 @@ def test_kill_9_of_the_cleaner_while_another_process_appends(tmp_path):
             check_appender(log, appended, model)
             log.compact(force=True)
             check_appender(log, appended, model)
+
+
+def test_an_undone_swap_rebuilds_the_index_at_the_logs_interval(tmp_path: Path) -> None:
+    """Undoing a swap that died after renaming the new index over the old one (step 3)
+    rebuilds the first segment's index from the old segment at the interval the writer and
+    the cleaner use (``index_interval_bytes``), not at a fixed one."""
+    import json
+
+    from compactlog import filenames, swap
+    from compactlog.fsio import DEFAULT_FS
+    from compactlog.segment import index_path, read_index, segment_path
+
+    directory = tmp_path / "log"
+    with compactlog.open(directory, index_interval_bytes=64) as log:
+        log.append_batch([(b"k%d" % i, b"v" * 40) for i in range(200)])
+        for i in range(200):
+            log.append(b"k%d" % i, b"w" * 40)
+    entries = len(read_index(str(directory), 0))
+    assert entries > 100
+    # a swap that died after step 3 of its protocol: intent written, new index renamed in,
+    # the .log.rw still there (so the undo runs)
+    (directory / filenames.SWAP_INTENT).write_text(json.dumps({"first": 0, "others": []}))
+    rewrite = filenames.rewrite_name(segment_path(str(directory), 0))
+    Path(rewrite).write_bytes(b"")
+    Path(index_path(str(directory), 0)).write_bytes(b"")  # the new index, now wrong
+    messages = swap.resolve_interrupted_swap(DEFAULT_FS, str(directory))
+    assert messages and "rolled back" in messages[0]
+    assert len(read_index(str(directory), 0)) >= entries
+    with compactlog.open(directory) as log:
+        assert len(list(log.read())) == 400
