@@ -79,8 +79,7 @@ def snapshot(path: str, dest: str, as_json: bool) -> int:
 @click.option(
     "--value-format",
     type=click.Choice(["binary", "string", "json"]),
-    default="binary",
-    show_default=True,
+    help="How values are read [default: what the log declares (value_format), else binary].",
 )
 @click.option("--schema", "value_schema", help="DDL of the JSON value, with --value-format json.")
 @click.option(
@@ -103,7 +102,7 @@ def restore(
     fmt: str,
     as_of: int | None,
     allow_inexact: bool,
-    value_format: str,
+    value_format: str | None,
     value_schema: str | None,
     engine: str,
     master: str | None,
@@ -133,7 +132,7 @@ def restore(
 
     if value_format == "json" and not value_schema:
         raise click.UsageError("--value-format json needs --schema DDL")
-    if value_schema and value_format != "json":
+    if value_schema and value_format not in (None, "json"):
         raise click.UsageError("--schema needs --value-format json")
     result = run_restore(
         log_dir(path),

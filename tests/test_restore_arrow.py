@@ -253,3 +253,30 @@ def test_cli_restores_without_a_jvm(tmp_path):
         check=False,
     )
     assert usage.returncode == 2 and "--engine" in usage.stderr
+
+
+def test_restore_reads_values_as_the_log_declares_them(tmp_path):
+    """With no value format given, restore takes the log's declared one, as the data source's
+    ``valueFormat`` does: ``str`` values become a string column; declared ``json`` with a
+    schema becomes columns."""
+    with compactlog.open(tmp_path / "text", value_format="str") as log:
+        log.append_batch([(b"a", "alpha"), (b"b", "beta")])
+    restore(tmp_path / "text", tmp_path / "text-out", engine="arrow")
+    table = pq.read_table(tmp_path / "text-out")
+    assert table.schema.field("value").type == pa.string()
+    assert sorted(table.column("value").to_pylist()) == ["alpha", "beta"]
+    with compactlog.open(tmp_path / "doc", value_format="json") as log:
+        log.append_batch([(b"a", {"id": 1, "name": "x"}), (b"b", {"id": 2, "name": "y"})])
+    restore(
+        tmp_path / "doc", tmp_path / "doc-out", engine="arrow", value_schema="id INT, name STRING"
+    )
+    table = pq.read_table(tmp_path / "doc-out")
+    ids, names = table.column("id").to_pylist(), table.column("name").to_pylist()
+    assert sorted(zip(ids, names, strict=True)) == [
+        (1, "x"),
+        (2, "y"),
+    ]
+    with compactlog.open(tmp_path / "raw") as log:
+        log.append(b"a", b"\xff")
+    with pytest.raises(ConfigError, match="value_schema needs value_format='json'"):
+        restore(tmp_path / "raw", tmp_path / "raw-out", engine="arrow", value_schema="id INT")

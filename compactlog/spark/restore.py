@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..fsio import fsync_dir, fsync_file
 from ..snapshot import is_snapshot, read_manifest, take_snapshot
-from .options import ReadOptions
+from .options import ReadOptions, declared_value_format
 
 RESULT_FILE = "_compactlog.json"
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -91,7 +91,7 @@ def restore(
     *,
     format: str = "parquet",
     as_of: int | None = None,
-    value_format: str = "binary",
+    value_format: str | None = None,
     value_schema: str | None = None,
     master: str | None = None,
     partitions: int | None = None,
@@ -104,17 +104,25 @@ def restore(
 
     ``as_of`` restores the state below that offset (refused below the cleaner point unless
     ``allow_inexact``); ``value_format="json"`` with ``value_schema`` (DDL) turns values into
-    columns. ``engine``: ``"arrow"``, ``"spark"`` or ``"auto"`` (:func:`choose_engine`).
-    ``spark``: a session to use (else a local one on ``master``, default ``local[*]``).
-    ``progress``: Spark's stage progress bar (default: on a terminal).
+    columns, and ``None`` takes the format the log declares, as the data source's
+    ``valueFormat`` does (``options.declared_value_format``). ``engine``: ``"arrow"``,
+    ``"spark"`` or ``"auto"`` (:func:`choose_engine`). ``spark``: a session to use (else a
+    local one on ``master``, default ``local[*]``). ``progress``: Spark's stage progress bar
+    (default: on a terminal).
     """
     started = time.perf_counter()
     source = os.path.abspath(os.fspath(path))
     output = os.path.abspath(os.fspath(output))
     if format not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    if value_format is None:
+        value_format = declared_value_format(source, has_schema=value_schema is not None)
     if value_format == "json" and not value_schema:
         raise ConfigError("value_format='json' needs value_schema (a DDL string)")
+    if value_schema and value_format != "json":
+        raise ConfigError(
+            f"value_schema needs value_format='json' (the values are read as {value_format})"
+        )
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "arrow":
