@@ -29,7 +29,9 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from .batch_decode import Record, RecordBatch, filter_batch
 from .dirtyindex import DirtyIndex, dirty_map_of
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from .logview import LogView
 
 OPEN_ATTEMPTS = 20
+MASK_RECORDS = 1 << 16  # records of consecutive batches judged together (latest_batches)
+REMEMBER_BYTES = 64 << 20  # a dirty section this small is read once, not once per pass
 
 
 class _OpenSegments:
@@ -78,15 +82,15 @@ class _OpenSegments:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def batches(self, start: int | None = None) -> Iterator[RecordBatch]:
-        """Batches holding offsets in ``[start, end)`` (``start``: at least the opened
-        range's), each offset at most once; segments wholly below ``start`` are not read.
+    def batches(self, start: int | None = None, stop: int | None = None) -> Iterator[RecordBatch]:
+        """Batches holding offsets in ``[start, stop)`` (at most the opened range), each
+        offset at most once; segments wholly below ``start`` are not read.
 
         Follows offsets: a listing taken in the middle of a segment swap may show a merged
         first segment next to the old segments it replaces; offsets already seen are skipped.
         """
         next_offset = self.start if start is None else max(start, self.start)
-        end = self.end
+        end = self.end if stop is None else min(stop, self.end)
         readers = self.readers
         first = 0
         while first + 1 < len(readers) and readers[first + 1].base <= next_offset:
@@ -152,16 +156,97 @@ def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
     # records below the point read, so every key there still appears at most once
     point = max(min(read_cleaner_state(log.directory).first_dirty_offset, end), start)
     with _OpenSegments(log.directory, start, end) as segments:
-        dirty_map = dirty_map_of(segments.batches(point))
+        dirty_batches = _Remembered(REMEMBER_BYTES)  # pass 1's, if small: not read twice
+        dirty_map = dirty_map_of(dirty_batches.through(segments.batches(point)))
         dirty = DirtyIndex(dirty_map, point, end) if len(dirty_map) else None
-        for batch in segments.batches():
-            keep = (batch.key_lengths >= 0) & (batch.value_lengths >= 0)
-            if dirty is not None:
-                keep &= dirty.latest_mask(batch)
-            if bool(keep.all()):
-                yield batch
-            elif bool(keep.any()):
-                yield filter_batch(batch, keep)
+        batches = (
+            itertools.chain(segments.batches(stop=point), dirty_batches.batches)
+            if dirty_batches.complete
+            else segments.batches()
+        )
+        for group in _groups(batches, MASK_RECORDS):
+            sizes = [len(batch) for batch in group]
+            keep = _latest_mask(group, sizes, dirty)
+            starts = np.cumsum([0, *sizes[:-1]])
+            kept_counts = np.add.reduceat(keep, starts).tolist()
+            for batch, first, size, kept in zip(
+                group, starts.tolist(), sizes, kept_counts, strict=True
+            ):
+                if kept == size:
+                    yield batch
+                elif kept:
+                    yield filter_batch(batch, keep[first : first + size])
+
+
+class _Remembered:
+    """The batches passed :meth:`through`, kept while their keys and values stay within
+    ``budget`` bytes (``complete`` then), else dropped."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.batches: list[RecordBatch] = []
+        self.complete = True
+
+    def through(self, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
+        for batch in batches:
+            if self.complete:
+                self.budget -= len(batch.keys_blob) + len(batch.values_blob)
+                if self.budget >= 0:
+                    self.batches.append(batch)
+                else:
+                    self.complete, self.batches = False, []
+            yield batch
+
+
+def _groups(batches: Iterator[RecordBatch], records: int) -> Iterator[list[RecordBatch]]:
+    """Consecutive batches gathered until they hold at least ``records`` records."""
+    group: list[RecordBatch] = []
+    count = 0
+    for batch in batches:
+        group.append(batch)
+        count += len(batch)
+        if count >= records:
+            yield group
+            group, count = [], 0
+    if group:
+        yield group
+
+
+def _latest_mask(
+    group: list[RecordBatch], sizes: list[int], dirty: DirtyIndex | None
+) -> np.ndarray:
+    """Which records of ``group`` (consecutive batches of ``sizes`` records) the latest state
+    keeps: keyed, not tombstones, and (with a dirty section) each key's latest. One mask for
+    the whole group: the digests and lookups run once per group, not once per stored batch."""
+    if len(group) == 1:
+        columns: Any = group[0]
+    else:
+        key_lengths = np.concatenate([b.key_lengths for b in group])
+        # each blob cut to what its lengths say, so that blobs laid end to end stay aligned
+        key_bytes = np.add.reduceat(np.maximum(key_lengths, 0), np.cumsum([0, *sizes[:-1]]))
+        blobs = [
+            blob if len(blob) == size else blob[:size]
+            for blob, size in zip((b.keys_blob for b in group), key_bytes.tolist(), strict=True)
+        ]
+        columns = _Joined(
+            np.concatenate([b.offsets for b in group]),
+            key_lengths,
+            np.concatenate([b.value_lengths for b in group]),
+            b"".join(blobs),
+        )
+    keep = (columns.key_lengths >= 0) & (columns.value_lengths >= 0)
+    if dirty is not None:
+        keep &= dirty.latest_mask(columns)
+    return keep
+
+
+class _Joined(NamedTuple):
+    """The columns ``DirtyIndex.latest_mask`` reads, of several batches laid end to end."""
+
+    offsets: np.ndarray
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    keys_blob: bytes
 
 
 def latest_records(

@@ -129,6 +129,43 @@ def test_latest_is_right_before_and_after_compaction(tmp_path):
         check_log(log, model)
 
 
+@pytest.mark.parametrize(
+    ("group", "remember"), [(1, 0), (3, 1 << 20), (64, 300), (1 << 16, 1 << 26)]
+)
+def test_latest_is_right_whatever_the_groups_and_the_remembered_dirty_section(
+    tmp_path, monkeypatch, group, remember
+):
+    """``latest_batches`` judges consecutive batches together (``MASK_RECORDS``) and reads
+    a small dirty section once (``REMEMBER_BYTES``): any group size, with or without the
+    dirty section remembered, gives the model's state. Keys of different lengths,
+    tombstones, single appends (small runs) and batches, before and after a pass."""
+    import compactlog.latest as latest_module
+
+    monkeypatch.setattr(latest_module, "MASK_RECORDS", group)
+    monkeypatch.setattr(latest_module, "REMEMBER_BYTES", remember)
+    rng = random.Random(group)
+    model: dict[bytes, bytes] = {}
+    with compactlog.open(tmp_path / "log", segment_bytes=2048) as log:
+        for round_ in range(3):
+            for i in range(150):
+                key = b"k" * rng.randrange(1, 4) + b"%d" % rng.randrange(40)
+                value = None if rng.random() < 0.15 else b"v%d-%d" % (round_, i)
+                if rng.random() < 0.5:
+                    log.append(key, value)
+                else:  # (a record of another key first: batches of two)
+                    log.append_batch([(b"other%d" % i, b"o"), (key, value)])
+                    model[b"other%d" % i] = b"o"
+                if value is None:
+                    model.pop(key, None)
+                else:
+                    model[key] = value
+            log.flush()
+            assert latest_dict(log) == model
+            if round_ < 2:
+                log.compact(force=True)
+                assert latest_dict(log) == model
+
+
 def test_latest_as_of_an_offset(tmp_path):
     with compactlog.open(tmp_path / "log") as log:
         log.append(b"a", b"1")
