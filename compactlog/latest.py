@@ -167,7 +167,7 @@ def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
         for group in _groups(batches, MASK_RECORDS):
             sizes = [len(batch) for batch in group]
             keep = _latest_mask(group, sizes, dirty)
-            starts = np.cumsum([0, *sizes[:-1]])
+            starts = np.cumsum([0, *sizes[:-1]])  # (no batch is empty: batches() skips them)
             kept_counts = np.add.reduceat(keep, starts).tolist()
             for batch, first, size, kept in zip(
                 group, starts.tolist(), sizes, kept_counts, strict=True
