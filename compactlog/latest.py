@@ -166,7 +166,7 @@ def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
         )
         for group in _groups(batches, MASK_RECORDS):
             sizes = [len(batch) for batch in group]
-            keep = _latest_mask(group, sizes, dirty)
+            keep = _latest_mask(group, dirty)
             starts = np.cumsum([0, *sizes[:-1]])  # (no batch is empty: batches() skips them)
             kept_counts = np.add.reduceat(keep, starts).tolist()
             for batch, first, size, kept in zip(
@@ -212,27 +212,20 @@ def _groups(batches: Iterator[RecordBatch], records: int) -> Iterator[list[Recor
         yield group
 
 
-def _latest_mask(
-    group: list[RecordBatch], sizes: list[int], dirty: DirtyIndex | None
-) -> np.ndarray:
-    """Which records of ``group`` (consecutive batches of ``sizes`` records) the latest state
-    keeps: keyed, not tombstones, and (with a dirty section) each key's latest. One mask for
-    the whole group: the digests and lookups run once per group, not once per stored batch."""
+def _latest_mask(group: list[RecordBatch], dirty: DirtyIndex | None) -> np.ndarray:
+    """Which records of ``group`` (consecutive batches) the latest state keeps: keyed, not
+    tombstones, and (with a dirty section) each key's latest. One mask for the whole group:
+    the digests and lookups run once per group, not once per stored batch."""
     if len(group) == 1:
         columns: Any = group[0]
     else:
-        key_lengths = np.concatenate([b.key_lengths for b in group])
-        # each blob cut to what its lengths say, so that blobs laid end to end stay aligned
-        key_bytes = np.add.reduceat(np.maximum(key_lengths, 0), np.cumsum([0, *sizes[:-1]]))
-        blobs = [
-            blob if len(blob) == size else blob[:size]
-            for blob, size in zip((b.keys_blob for b in group), key_bytes.tolist(), strict=True)
-        ]
+        # (the key columns only, as ``batch_decode.concat_columns`` joins them: the values
+        # are not needed to judge a record, and copying them would cost more than the rest)
         columns = _Joined(
             np.concatenate([b.offsets for b in group]),
-            key_lengths,
+            np.concatenate([b.key_lengths for b in group]),
             np.concatenate([b.value_lengths for b in group]),
-            b"".join(blobs),
+            b"".join([b.keys_blob for b in group]),
         )
     keep = (columns.key_lengths >= 0) & (columns.value_lengths >= 0)
     if dirty is not None:

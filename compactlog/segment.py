@@ -97,7 +97,7 @@ def walk_step(
     buf: Any, pos: int, end: int, runs: tuple[int, int] | None = None, *, crc: bool = True
 ) -> tuple[BatchHeader | SmallRun | None, str]:
     """What lies at ``pos``: with ``runs`` (record and byte limits), a run of small batches
-    (``format.scan_small_run``); else one batch (``check_batch``, or ``read_batch_header``
+    (``small_runs.scan_small_run``); else one batch (``check_batch``, or ``read_batch_header``
     alone without ``crc``); ``(None, reason)`` when no valid batch starts there."""
     if runs is not None:
         run = scan_small_run(buf, pos, end, *runs)

@@ -11,7 +11,7 @@ The index is a cache (docs/format.md): :func:`rebuild_index` is the one place th
 an index from a segment's batches (the newest segment's here, closed segments' in
 recovery's pass 4 and ``repair``, a rolled-back clean's in ``swap.py``), and
 :func:`batch_at` the one check of an index hint (a whole batch starts at the byte the entry
-names), used here and by subscribers.
+names), used here and, through :func:`scan_start`, by readers and subscribers.
 """
 
 from __future__ import annotations

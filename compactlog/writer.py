@@ -167,7 +167,6 @@ class SegmentWriter:
         self.active: ActiveSegment | None = None
         self.end_offset = 0
         self.closed = False
-        self.torn_bytes_dropped = 0
         self.cut_tails: list[tuple[str, int, int]] = []  # (file, byte, bytes) cut by recovery
         self.rebuilt_indexes: list[int] = []
         self.precommit_recovered = 0  # entries of a dead writer materialized by this one
@@ -413,8 +412,6 @@ class SegmentWriter:
             cut_from=cut_from,
             empty_base=empty_base,
         )
-        for _path, _position, length in tail.cuts:
-            self.torn_bytes_dropped += length
         self.cut_tails.extend(tail.cuts)
         if tail.rebuilt_index:
             self.rebuilt_indexes.append(tail.base)
@@ -1054,6 +1051,11 @@ class SegmentWriter:
                 with self._flocked():
                     self._materialize_locked()
 
+    @property
+    def torn_bytes_dropped(self) -> int:
+        """Bytes cut off the newest segment by reopening, since the last findings."""
+        return sum(length for _path, _position, length in self.cut_tails)
+
     def take_findings(self) -> Findings:
         """What reopening found since the last call (for open-time recovery's report); the
         counts start again from zero."""
@@ -1063,7 +1065,6 @@ class SegmentWriter:
             self.rebuilt_indexes,
             self.precommit_recovered,
         )
-        self.torn_bytes_dropped = 0
         self.cut_tails = []
         self.rebuilt_indexes = []
         self.precommit_recovered = 0
