@@ -74,7 +74,16 @@ def _latest_batches(log: Any) -> int:
     return sum(len(batch) for batch in log.latest_batches())
 
 
-# name: (records, open() settings, how the log is built, the timed operation or None)
+def _compact(log: Any) -> None:
+    log.compact(force=True)
+
+
+def _compacted_batches(log: Any, keys: list[bytes], value: bytes) -> None:
+    _append_batches(log, keys, value)
+    _compact(log)
+
+
+# name: (group, records, open() settings, how the log is built, the timed operation or None)
 # With no timed operation the build itself is timed (the append rows).
 Build = Callable[[Any, list[bytes], bytes], None]
 WORKLOADS: dict[str, tuple[str, int, dict[str, Any], Build, Callable[[Any], Any] | None]] = {
@@ -101,8 +110,14 @@ WORKLOADS: dict[str, tuple[str, int, dict[str, Any], Build, Callable[[Any], Any]
     "read() of batches": ("reads", 1_000_000, {}, _append_batches, _read_records),
     "read_batches() of batches": ("reads", 1_000_000, {}, _append_batches, _read_batches),
     "subscriber poll of batches": ("reads", 1_000_000, {}, _append_batches, _poll_all),
-    "compact(force=True), 100k keys": ("compaction", 1_000_000, {}, _append_batches, None),
-    "latest_batches() of compacted": ("compaction", 1_000_000, {}, _append_batches, None),
+    "compact(force=True), 100k keys": ("compaction", 1_000_000, {}, _append_batches, _compact),
+    "latest_batches() of compacted": (
+        "compaction",
+        1_000_000,
+        {},
+        _compacted_batches,
+        _latest_batches,
+    ),
 }
 
 
@@ -111,28 +126,20 @@ def _worker(name: str) -> None:
     import compactlog
 
     group, count, settings, build, operation = WORKLOADS[name]
-    compacting = group == "compaction"
-    keys = _keys(count, KEY_COUNT if compacting else None)
+    keys = _keys(count, KEY_COUNT if group == "compaction" else None)
     value = os.urandom(100)
     with tempfile.TemporaryDirectory(dir=os.environ.get("AB_TMP")) as directory:
         exclusive = settings.get("exclusive", False)
         config = {k: v for k, v in settings.items() if k != "exclusive"}
         log = compactlog.open(os.path.join(directory, "log"), exclusive=exclusive, **config)
-        if operation is None and not compacting:
+        if operation is None:
             started = time.perf_counter()
             build(log, keys, value)
-            elapsed = time.perf_counter() - started
         else:
             build(log, keys, value)
-            if name.startswith("latest"):
-                log.compact(force=True)
-                operation = _latest_batches
             started = time.perf_counter()
-            if operation is None:
-                log.compact(force=True)
-            else:
-                operation(log)
-            elapsed = time.perf_counter() - started
+            operation(log)
+        elapsed = time.perf_counter() - started
         log.close()
     print(json.dumps({"us": elapsed / count * 1e6}))
 
