@@ -38,6 +38,19 @@ def spark_class() -> str:
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
 
 
+def alive_workers(ui_port: int) -> int:
+    """The master's count of alive workers; 0 while its web UI is not answering JSON yet.
+
+    Once in CI, ``/json/`` was answered with the ``/`` page's HTML, most likely while the
+    master's UI was still attaching its pages; that is "not ready", as a refused connection is.
+    """
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
+            return int(json.load(r).get("aliveworkers", 0))
+    except (OSError, ValueError):
+        return 0
+
+
 @contextlib.contextmanager
 def standalone_cluster(workdir: Path):
     """A master and one worker (2 cores, 1 GiB) on 127.0.0.1; yields the master URL."""
@@ -85,13 +98,7 @@ def standalone_cluster(workdir: Path):
         for command, out in zip(commands, logs, strict=True):
             processes.append(subprocess.Popen(command, env=env, stdout=out, stderr=out))
         deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
-                    if json.load(r).get("aliveworkers", 0) >= 1:
-                        break
-            except OSError:
-                pass
+        while alive_workers(ui_port) < 1:
             assert time.monotonic() < deadline, (workdir / "worker.log").read_text()[-3000:]
             assert all(p.poll() is None for p in processes), "the master or worker exited"
             time.sleep(0.5)
