@@ -35,6 +35,7 @@ Offset map
 from __future__ import annotations
 
 import hashlib
+import struct
 
 import numpy as np
 
@@ -115,6 +116,30 @@ def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.
 def _blake(key: bytes) -> tuple[int, int]:
     digest = hashlib.blake2b(key, digest_size=16).digest()
     return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+
+
+_MASK64 = (1 << 64) - 1
+_WORDS = [struct.Struct(f"<{width}Q") for width in range(VECTOR_KEY_BYTES // 8 + 1)]
+_INT_C1, _INT_F1, _INT_F2, _INT_SEED1 = int(_C1), int(_F1), int(_F2), int(_SEED1)
+
+
+def key_digest_hi(key: bytes) -> int:
+    """The ``hi`` lane of :func:`key_digests` for one key, in Python integers: a point
+    lookup's digest, in a microsecond instead of numpy's tens of microseconds per call."""
+    size = len(key)
+    if size > VECTOR_KEY_BYTES:
+        return _blake(key)[0]
+    width = max((size + 7) // 8, 1)
+    c1 = _INT_C1
+    h = ((size * c1) & _MASK64) ^ _INT_SEED1
+    for word in _WORDS[width].unpack(key.ljust(width * 8, b"\0")):
+        h = ((h ^ word) * c1) & _MASK64
+        h ^= h >> 32
+    h ^= h >> 33
+    h = (h * _INT_F1) & _MASK64
+    h ^= h >> 33
+    h = (h * _INT_F2) & _MASK64
+    return h ^ (h >> 33)
 
 
 def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .errors import ConfigError, LogClosedError, TableError
+from .errors import ConfigError, InexactReadError, LogClosedError, TableError
 from .serde import declared_formats, deserializers
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
@@ -143,6 +143,25 @@ class _Part:
         self._name = FOLLOWER_NAME if state_dir is None else table_subscriber_name(state_dir)
         self.subscriber: Any = None
         self.thread: threading.Thread | None = None
+        self.thawer: threading.Thread | None = None  # builds a frozen state's dict
+        self._thawing = threading.Lock()  # one builder at a time
+
+    def thaw(self) -> None:
+        """Replace a frozen restored state (:mod:`compactlog.table_frozen`) by its dict,
+        built without the table's lock so reads go on meanwhile; at once if there is none.
+        Before anything is applied (:meth:`poll`) and before an ordered read."""
+        store = self.store
+        if not isinstance(store, MemoryStore) or store.frozen is None:
+            return
+        with self._thawing:
+            frozen = store.frozen
+            if frozen is None:  # another thread built it meanwhile
+                return
+            data = frozen.to_dict(stop=lambda: self.table._closing)
+            if data is None:
+                return
+            with self.table._lock:
+                store.thaw(data)
 
     def restore(self, rebuild: str | None = None) -> None:
         """Bring the state to the end offset now, then follow from there: a fresh memory
@@ -158,6 +177,8 @@ class _Part:
                 store = self.table._new_store(log)
             try:
                 self._restore_into(store, rebuild, start, end)
+            except InexactReadError:
+                continue  # a cleaning pass moved its point past ``end`` meanwhile: read on
             except BaseException as error:
                 if not isinstance(store, DiskStore) or not isinstance(error, map_full_error()):
                     raise
@@ -208,11 +229,16 @@ class _Part:
         self._replay(store, begin, end)
 
     def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
-        """Apply ``[begin, end)`` to ``store``, reporting progress."""
+        """Apply ``[begin, end)`` to ``store`` (a fresh memory store: the latest state as of
+        ``end``, each live key's record once), reporting progress."""
         progress = RestoreProgress(begin, end)
         report = self.table._progress
         last_line = time.monotonic()
-        for batch in self.log.read_batches(begin, end):
+        if isinstance(store, MemoryStore):
+            batches = self.log.latest_batches(end)
+        else:
+            batches = self.log.read_batches(begin, end)
+        for batch in batches:
             store.apply(batch)
             progress.records += len(batch)
             now = time.monotonic()
@@ -226,6 +252,7 @@ class _Part:
         """Apply what one poll returns (waiting up to ``timeout_s`` for it); ``True`` if
         the offset moved."""
         table = self.table
+        self.thaw()
         before = self.offset
         batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
         position = self.subscriber.position
@@ -294,8 +321,9 @@ class _Part:
     def close(self) -> None:
         if self.subscriber is not None:
             self.subscriber.close()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join()
+        for thread in (self.thread, self.thawer):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
         self.store.close()
         if self.subscriber is not None and self.subscriber.durable:
             set_committed(self.log, self._name, self.offset)
@@ -365,14 +393,22 @@ class Table(Mapping[Any, Any]):
                 part = _Part(self, directory, number)
                 self._parts.append(part)
                 part.restore()
-            if follow:
-                for part in self._parts:
+            for part in self._parts:
+                # the follower builds a frozen state's dict before it applies anything
+                if follow:
                     part.thread = threading.Thread(
                         target=part.follow,
                         name=f"compactlog-table-{part.log.directory}",
                         daemon=True,
                     )
                     part.thread.start()
+                else:
+                    part.thawer = threading.Thread(
+                        target=part.thaw,
+                        name=f"compactlog-table-thaw-{part.log.directory}",
+                        daemon=True,
+                    )
+                    part.thawer.start()
         except BaseException:
             self.close()
             raise
@@ -556,6 +592,8 @@ class Table(Mapping[Any, Any]):
         whose key starts with ``prefix`` (bytes or str keys), as of one offset."""
         if prefix is not None and (start is not None or stop is not None):
             raise ConfigError("items() takes start/stop or prefix, not both")
+        for part in self._parts:
+            part.thaw()  # (the key order is built from the dict)
         with self._lock:
             self._raise_errors()
             parts = [part.store.range_items(start, stop, prefix) for part in self._parts]

@@ -6,6 +6,10 @@ keys and values (the last record of a key in the batch wins, as in the log) foll
 removal of keys whose last record was a tombstone: no Python loop per record. Otherwise it
 goes record by record, which change events and the size bound need anyway.
 
+A restore of raw bytes with no size bound is collected instead and served frozen
+(:mod:`compactlog.table_frozen`) from :meth:`MemoryStore.commit` until the table installs
+the dict built from it (:meth:`MemoryStore.thaw`); nothing is applied to a frozen state.
+
 The key order (a :class:`sortedcontainers.SortedList` of the keys) is built by the first
 read that needs it, at the cost of one sort, and kept up to date from then on.
 
@@ -21,6 +25,7 @@ from sortedcontainers import SortedList
 
 from .batch_decode import RecordBatch
 from .errors import TableFullError
+from .table_frozen import FrozenState
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 _MISSING = object()
@@ -38,7 +43,7 @@ class MemoryStore:
         max_bytes: int | None = None,
         path: str | None = None,
     ) -> None:
-        self.data: dict[Any, Any] = {}
+        self.data: dict[Any, Any] | FrozenState = {}
         self.order: SortedList | None = None
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
@@ -46,10 +51,29 @@ class MemoryStore:
         self.sizes: dict[Any, int] | None = {} if max_bytes is not None else None
         self.bytes_used = 0
         self.path = path
+        # a restore's batches, collected to be served frozen (raw bytes, no bound)
+        self.restored: list[RecordBatch] | None = (
+            []
+            if key_deserializer is None and value_deserializer is None and max_bytes is None
+            else None
+        )
+
+    @property
+    def frozen(self) -> FrozenState | None:
+        """The restored state while it is served frozen, else ``None``."""
+        return self.data if isinstance(self.data, FrozenState) else None
+
+    def thaw(self, data: dict[Any, Any]) -> None:
+        """Install ``data`` (``frozen.to_dict()``, built without the table's lock)."""
+        self.data = data
 
     def apply(self, batch: RecordBatch, changes: list[Change] | None = None) -> None:
         """Apply ``batch`` in offset order; append ``(key, old, new, offset)`` to
         ``changes`` for every record that changed the state, if given."""
+        if self.restored is not None:  # a restore (batches of latest_batches): collect
+            self.restored.append(batch)
+            return
+        assert not isinstance(self.data, FrozenState), "a frozen state is thawed first"
         keys = batch.keys()
         values = batch.values()
         if bool((batch.key_lengths < 0).any()):  # keyless records have no place in a table
@@ -128,7 +152,12 @@ class MemoryStore:
         return old
 
     def commit(self, offset: int) -> None:
-        """Nothing to persist (the disk store commits here)."""
+        """The restore is complete: serve what it collected frozen (nothing to persist;
+        the disk store commits here)."""
+        if self.restored is not None:
+            batches, self.restored = self.restored, None
+            if batches:
+                self.data = FrozenState(batches)
 
     def abandon(self) -> None:
         """Nothing to drop (a restore that is read again starts from a new store)."""
