@@ -10,11 +10,13 @@ same ``{key: value}`` of the whole state; the median of ``repeat`` runs:
 ``log.latest()``          a dict from the ``Record`` objects of :meth:`Log.latest`
 ``latest_batches()``      a dict updated from the batches of :meth:`Log.latest_batches`
 ``Table restore``         ``compactlog.Table(path, follow=False)`` until point reads serve
-``Table first range``     the first ordered read after a restore (the lazy sort)
+                          (the state served frozen, ``table_frozen.py``)
+``Table restore + dict``  the same until the background thread has built the dict
+``Table first range``     the first ordered read after a restore (the dict, then the sort)
 
-reported as records/s and as ratios to ``read_batches()``. Also: the follow latency (an
-append by another process until ``wait_for`` returns in the table, median and p90 of
-``latency_samples``).
+reported as records/s and as ratios to ``read_batches()``. Also: random point reads per
+second of the frozen state and of the dict, and the follow latency (an append by another
+process until ``wait_for`` returns in the table, median and p90 of ``latency_samples``).
 
 Large mode (:func:`run_disk`, ``--disk-keys N``): a log of ``N`` distinct keys restored
 into ``store="disk"`` (time, and the process's anonymous memory per key: heap, not the
@@ -100,6 +102,37 @@ def _table_restore(directory: str) -> int:
         return len(table)
 
 
+def _table_restore_and_dict(directory: str) -> int:
+    with compactlog.Table(directory, follow=False) as table:
+        for part in table._parts:  # (private: wait for the background build)
+            part.thaw()
+        return len(table)
+
+
+def point_reads(directory: str, records: int, reads: int = 200_000) -> dict[str, float]:
+    """Random ``get`` per second: the frozen state, then the table's dict."""
+    import random
+
+    from compactlog.table_frozen import FrozenState
+
+    sample = [b"key-%012d" % random.randrange(records) for _ in range(reads)]
+    out = {}
+    with compactlog.open(directory, read_only=True) as log:
+        frozen = FrozenState(list(log.latest_batches()))
+    started = time.perf_counter()
+    for key in sample:
+        frozen.get(key)
+    out["frozen_get_per_s"] = reads / (time.perf_counter() - started)
+    with compactlog.Table(directory, follow=False) as table:
+        for part in table._parts:
+            part.thaw()
+        started = time.perf_counter()
+        for key in sample:
+            table.get(key)
+        out["table_get_per_s"] = reads / (time.perf_counter() - started)
+    return out
+
+
 def _first_range(directory: str, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
@@ -160,6 +193,7 @@ def run(
             "log.latest()": lambda: _from_latest(directory),
             "latest_batches()": lambda: _from_batches(directory, "latest_batches"),
             "Table restore": lambda: _table_restore(directory),
+            "Table restore + dict": lambda: _table_restore_and_dict(directory),
         }
         results: dict[str, Any] = {"records": records, "systems": {}}
         for fn in systems.values():
@@ -184,7 +218,13 @@ def run(
             )
         first = statistics.median(_first_range(directory, repeat))
         summary["Table first range"] = {"median_s": first}
-        say(f"{'Table first range':24s} {first * 1000:6.1f} ms (the lazy sort)")
+        say(f"{'Table first range':24s} {first * 1000:6.1f} ms (the dict, then the lazy sort)")
+        reads = point_reads(directory, records)
+        summary["point get"] = reads
+        say(
+            f"{'point get':24s} frozen {reads['frozen_get_per_s'] / 1000:.0f}k/s, "
+            f"dict (through Table) {reads['table_get_per_s'] / 1000:.0f}k/s"
+        )
         latency = follow_latency(directory, latency_samples)
         summary["follow latency"] = {
             "median_ms": statistics.median(latency) * 1000,

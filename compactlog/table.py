@@ -11,6 +11,10 @@ longer exists (the quixstreams #1017 hang). The reader follows offsets, not file
 (``reader.iter_batches``), so a cleaning pass running meanwhile changes nothing: offsets
 never change, and records that vanish were superseded. Retention moving the log start
 meanwhile may have removed records before they were read: the restore starts again.
+A memory store of raw bytes restores the latest state as of ``E`` (``latest_batches``)
+and serves point reads from it frozen (:mod:`compactlog.table_frozen`) while its dict is
+built in the background (:meth:`_Part.thaw`: by the follower before it applies anything,
+or by a thread of its own with ``follow=False``; an ordered read waits for it).
 
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
 (``watch.HeadWatcher``: no polling loop); a background thread per log applies what each

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
 from .batch_decode import RecordBatch
 from .offset_map import key_digest_hi, key_digests, sort_order
+
+THAW_STEP = 1 << 14  # records put into the dict between two pauses (a few milliseconds)
+THAW_PAUSE_S = 0.0001  # the pause: another thread's turn with the interpreter
 
 
 class FrozenState(Mapping[bytes, bytes]):
@@ -100,13 +104,24 @@ class FrozenState(Mapping[bytes, bytes]):
         return bytes(blob[self._value_starts[row] - base : self._value_ends[row] - base])
 
     def to_dict(self, stop: Callable[[], bool] = lambda: False) -> dict[bytes, bytes] | None:
-        """The same state as a ``dict`` (keys in log order), built a batch a step; ``None``
-        if ``stop()`` became true between steps."""
+        """The same state as a ``dict`` (keys in log order); ``None`` if ``stop()`` became
+        true between steps.
+
+        Built in steps of :data:`THAW_STEP` records with a :data:`THAW_PAUSE_S` sleep
+        between them. Without the sleep a reader in another thread got under a tenth of its
+        share of the interpreter (measured: 17k point reads/s against 227k alone): the
+        numpy calls that cut each batch release and retake the GIL, and a waiter whose
+        5 ms timeout sees the GIL change hands never asks for it. Sleeping hands it over."""
         data: dict[bytes, bytes] = {}
+        done = 0
         for batch in self.batches:
-            if stop():
-                return None
+            if done >= THAW_STEP:
+                if stop():
+                    return None
+                time.sleep(THAW_PAUSE_S)
+                done = 0
             data.update(zip(batch.keys(), batch.values(), strict=True))  # type: ignore[arg-type]
+            done += len(batch)
         return data
 
     def _check(self) -> None:
@@ -118,4 +133,4 @@ class FrozenState(Mapping[bytes, bytes]):
             assert self._row(key) == row
 
 
-__all__ = ["FrozenState"]
+__all__ = ["THAW_PAUSE_S", "THAW_STEP", "FrozenState"]
