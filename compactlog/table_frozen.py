@@ -9,8 +9,8 @@ answers point reads from them after one vectorized step: the keys' ``hi`` digest
 (``key_digest_hi``), binary-searches the sorted array (``bisect`` over a ``memoryview``, in
 C), compares the stored key's bytes and slices the value out of its batch: a few
 microseconds instead of a dict's 0.1, so ``table.py`` builds the dict right after, in the
-background (:meth:`FrozenState.to_dict`, a batch a step, so that readers in other threads
-keep getting the interpreter).
+background (:meth:`FrozenState.to_dict`, in steps with a pause between them, so that
+readers in other threads keep getting the interpreter).
 
 Keys whose digests agree (distinct keys may) are neighbours in the sorted array, and a read
 compares its key's bytes with each of them: an answer never rests on a digest alone.

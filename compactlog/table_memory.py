@@ -166,7 +166,10 @@ class MemoryStore:
         """Nothing to persist."""
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Drop a frozen state: its batches may hold views of segment files' maps, which
+        keep a file removed meanwhile on disk."""
+        if isinstance(self.data, FrozenState):
+            self.data = {}
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:

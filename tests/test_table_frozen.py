@@ -111,14 +111,17 @@ class _Held:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.release = threading.Event()
         self.entered = threading.Event()
+        self.returned: list[object] = []
         real = FrozenState.to_dict
 
         def held(frozen, stop=lambda: False):
             self.entered.set()
             while not self.release.wait(0.01):
                 if stop():
+                    self.returned.append(None)
                     return None
-            return real(frozen, stop)
+            self.returned.append(real(frozen, stop))
+            return self.returned[-1]
 
         monkeypatch.setattr(FrozenState, "to_dict", held)
 
@@ -167,7 +170,8 @@ def test_closing_while_the_dict_is_built(tmp_path, monkeypatch, follow):
     table = compactlog.Table(directory, follow=follow)
     assert held.entered.wait(10)
     table.close()  # the builder stops between steps; close joins it
-    assert table._parts[0].store.frozen is not None
+    assert held.returned == [None]
+    assert table._parts[0].store.frozen is None  # (its batches released)
 
 
 def test_restore_reads_again_when_a_cleaning_pass_overtakes_its_end(tmp_path, monkeypatch):
@@ -186,3 +190,18 @@ def test_restore_reads_again_when_a_cleaning_pass_overtakes_its_end(tmp_path, mo
     with compactlog.Table(directory, follow=False) as table:
         assert dict(table) == model
     assert len(calls) == 2
+
+
+def test_building_the_dict_stops_between_steps(tmp_path, monkeypatch):
+    directory = str(tmp_path / "log")
+    model = _write(directory, [(b"k%d" % i, b"v") for i in range(40)], 4)
+    frozen = _frozen(directory)
+    monkeypatch.setattr(table_frozen, "THAW_STEP", 8)
+    asked = []
+
+    def stop():
+        asked.append(True)
+        return len(asked) == 3
+
+    assert frozen.to_dict(stop) is None and len(asked) == 3
+    assert frozen.to_dict() == model
