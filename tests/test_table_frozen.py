@@ -194,14 +194,15 @@ def test_restore_reads_again_when_a_cleaning_pass_overtakes_its_end(tmp_path, mo
 
 def test_building_the_dict_stops_between_steps(tmp_path, monkeypatch):
     directory = str(tmp_path / "log")
-    model = _write(directory, [(b"k%d" % i, b"v") for i in range(40)], 4)
+    model = _write(directory, [(b"k%d" % i, b"v" * 500) for i in range(40)], 4)
     frozen = _frozen(directory)
-    monkeypatch.setattr(table_frozen, "THAW_STEP", 8)
+    assert len(frozen.batches) >= 3
+    monkeypatch.setattr(table_frozen, "THAW_STEP", 1)  # a step a batch
     asked = []
 
     def stop():
         asked.append(True)
-        return len(asked) == 3
+        return len(asked) == 2
 
-    assert frozen.to_dict(stop) is None and len(asked) == 3
+    assert frozen.to_dict(stop) is None and len(asked) == 2
     assert frozen.to_dict() == model
