@@ -150,10 +150,15 @@ class _Part:
         self.thawer: threading.Thread | None = None  # builds a frozen state's dict
         self._thawing = threading.Lock()  # one builder at a time
 
+    @property
+    def frozen(self) -> bool:
+        """Whether the state is served frozen (:mod:`compactlog.table_frozen`)."""
+        return isinstance(self.store, MemoryStore) and self.store.frozen is not None
+
     def thaw(self) -> None:
-        """Replace a frozen restored state (:mod:`compactlog.table_frozen`) by its dict,
-        built without the table's lock so reads go on meanwhile; at once if there is none.
-        Before anything is applied (:meth:`poll`) and before an ordered read."""
+        """Replace a frozen restored state by its dict, built without the table's lock so
+        reads go on meanwhile; at once if there is none. Before anything is applied
+        (:meth:`poll`) and before an ordered read."""
         store = self.store
         if not isinstance(store, MemoryStore) or store.frozen is None:
             return
@@ -406,7 +411,7 @@ class Table(Mapping[Any, Any]):
                         daemon=True,
                     )
                     part.thread.start()
-                else:
+                elif part.frozen:
                     part.thawer = threading.Thread(
                         target=part.thaw,
                         name=f"compactlog-table-thaw-{part.log.directory}",
