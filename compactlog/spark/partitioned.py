@@ -36,6 +36,7 @@ from .logdirs import (
     partition_dir,
 )
 from .options import ReadOptions
+from .user_errors import ours
 from .writer import (
     CompactLogWriter,
     StagedFile,
@@ -118,6 +119,7 @@ class PartitionedWriter(CompactLogWriter):
     """Stages each task's rows per target log; the driver appends each log's files
     (the protocol of :func:`compactlog.spark.writer.commit_staged`, per log)."""
 
+    @ours
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         count = self.options.num_logs or 1
         table = self.options.path

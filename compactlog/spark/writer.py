@@ -44,6 +44,7 @@ from ..errors import ConfigError, StagedFileError, WriteRefusedByModeError
 from ..format import STAGING_FILE_HEADER
 from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
+from .user_errors import ours
 
 STAGING_DIR = ".spark-staging"
 COMMIT_FILE = "COMMIT"
@@ -332,11 +333,13 @@ class CompactLogWriter(DataSourceArrowWriter):
         self.job_dir = job_dir
         self.encodings = dict(encodings)  # per target log, read by the driver
 
+    @ours
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         log = self.options.path
         files = stage_task(self.job_dir, iterator, lambda b: [(log, b)], self.encodings)
         return files[0] if files else StagedFile("", 0, task_identity()[0], log)
 
+    @ours
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         commit_staged(self.job_dir, staged_files(messages))
 

@@ -1,7 +1,8 @@
 """What a Spark user sees of a mistake (issue 18, item 5): our message right after Spark's
-prefix, not a Python traceback; a ``valueSchema`` error that quotes the user's text; a
-stream that is a changelog by default and refuses ``mode=latest`` with our message (not
-PySpark's ``UnboundLocalError``)."""
+prefix, not a Python traceback, when reading, in a writing task and in the driver's commit;
+a ``valueSchema`` error that quotes the user's text; a stream that is a changelog by
+default and refuses ``mode=latest`` with our message (not PySpark's
+``UnboundLocalError``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,43 @@ def test_a_bad_value_schema_names_the_users_text_not_the_built_schema(spark, log
     assert "Traceback" not in line
     assert "option valueSchema 'n int, m strin'" in line and "did you mean string?" in line
     assert "BINARY" not in str(caught.value)  # not the schema built around the user's fields
+
+
+def message_after_spark_prefix(error: BaseException) -> str:
+    """What follows Spark's own words: our exception's first line, or a traceback's."""
+    text = str(error).strip()
+    for prefix in (
+        "An exception was thrown from the Python worker:",
+        "Failed to commit or abort Python data source write:",
+    ):
+        if prefix in text:
+            return text.split(prefix, 1)[1].strip().splitlines()[0]
+    raise AssertionError(f"no Spark prefix in {text[:300]!r}")
+
+
+def test_a_task_refusing_rows_is_our_message_not_a_traceback(spark, log_path):
+    df = spark.createDataFrame([(None, b"v")], "key binary, value binary")
+    with pytest.raises(Exception) as caught:
+        df.write.format("compactlog").mode("append").save(log_path)
+    line = message_after_spark_prefix(caught.value)
+    assert line.startswith("compactlog.errors.InvalidRecordError: "), line
+    assert "1 row(s) with a null key: the log is compacted" in line
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_commit_refused_by_the_log_is_our_message_not_a_traceback(spark, tmp_path, partitioned):
+    path = str(tmp_path / "held")
+    target = f"{path}/partition-0" if partitioned else path
+    df = spark.createDataFrame([(b"k", b"v")], "key binary, value binary")
+    writer = df.write.format("compactlog").mode("append")
+    if partitioned:
+        writer = writer.option("numLogs", 1)
+    compactlog.open(target).close()
+    with compactlog.open(target, exclusive=True), pytest.raises(Exception) as caught:
+        writer.save(path)  # the driver's commit cannot open the log for writing
+    line = message_after_spark_prefix(caught.value)
+    assert line.startswith("compactlog.errors.LogLockedError: "), line
+    assert "open for writing with exclusive=True by another process" in line
 
 
 def run_stream(spark, log_path, name, **options):
