@@ -210,12 +210,21 @@ def test_ddl_schemas_map_to_the_arrow_types_spark_uses():
         pa.struct([pa.field("x", pa.int32()), pa.field("y z", pa.string())]),
     ]
     for bad, message in [
-        ("id INTEGR", "unknown type 'integr'"),
+        ("id INTEGR", "unknown type 'integr'; did you mean integer"),
+        ("a STRUCT<b: DUOBLE>", "did you mean double"),
+        ("a INTERVAL", "type 'interval' has no Arrow type here; it needs the Spark engine"),
         ("id", "expected"),
         ("a INT b INT", "expected ','"),
     ]:
         with pytest.raises(DdlError, match=message):
             arrow_schema(bad)
+
+
+def test_every_type_the_arrow_engine_maps_is_a_spark_type():
+    from compactlog.spark.ddl import PRIMITIVES
+    from compactlog.spark.options import SPARK_TYPES
+
+    assert set(PRIMITIVES) <= set(SPARK_TYPES)
 
 
 def test_base64_matches_the_standard_library():

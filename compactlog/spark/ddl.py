@@ -15,7 +15,8 @@ import re
 
 import pyarrow as pa
 
-from ..errors import DdlError
+from ..errors import DdlError, did_you_mean
+from .options import SPARK_TYPES
 
 PRIMITIVES = {
     "string": pa.string(),
@@ -119,7 +120,9 @@ class _Parser:
             self.take(">")
             return pa.struct(fields)
         self.pos -= 1
-        raise self.fail(f"unknown type {word!r}")
+        if word in SPARK_TYPES:
+            raise self.fail(f"type {word!r} has no Arrow type here; it needs the Spark engine")
+        raise self.fail(f"unknown type {word!r}{did_you_mean(word, SPARK_TYPES)}")
 
 
 def arrow_schema(ddl: str) -> pa.Schema:

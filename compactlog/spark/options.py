@@ -45,7 +45,8 @@ OPTION_NAMES = (
 )
 KNOWN = {"path", "paths", *(name.lower() for name in OPTION_NAMES)}
 
-# The first word of every Spark SQL data type (DDL), for valueSchema's early check.
+# The first word of every Spark SQL data type (DDL), for valueSchema's early check and
+# the Arrow engine's DDL parser (``ddl.py``, which maps all but the last three).
 SPARK_TYPES = (
     "boolean",
     "tinyint",
