@@ -14,7 +14,8 @@ meanwhile may have removed records before they were read: the restore starts aga
 A memory store of raw bytes restores the latest state as of ``E`` (``latest_batches``)
 and serves point reads from it frozen (:mod:`compactlog.table_frozen`) while its dict is
 built in the background (:meth:`_Part.thaw`: by the follower before it applies anything,
-or by a thread of its own with ``follow=False``; an ordered read waits for it).
+or by a thread of its own with ``follow=False``; an ordered read of more than
+``FROZEN_RANGE_KEYS`` keys waits for it).
 
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
 (``watch.HeadWatcher``: no polling loop); a background thread per log applies what each
@@ -158,7 +159,7 @@ class _Part:
     def thaw(self) -> None:
         """Replace a frozen restored state by its dict, built without the table's lock so
         reads go on meanwhile; at once if there is none. Before anything is applied
-        (:meth:`poll`) and before an ordered read."""
+        (:meth:`poll`) and before a large ordered read."""
         store = self.store
         if not isinstance(store, MemoryStore) or store.frozen is None:
             return
@@ -601,12 +602,16 @@ class Table(Mapping[Any, Any]):
         whose key starts with ``prefix`` (bytes or str keys), as of one offset."""
         if prefix is not None and (start is not None or stop is not None):
             raise ConfigError("items() takes start/stop or prefix, not both")
-        for part in self._parts:
-            part.thaw()  # (the key order is built from the dict)
-        with self._lock:
-            self._raise_errors()
-            parts = [part.store.range_items(start, stop, prefix) for part in self._parts]
-        return merged(parts)
+        while True:
+            with self._lock:
+                self._raise_errors()
+                parts = [part.store.range_items(start, stop, prefix) for part in self._parts]
+            # a large range of a frozen state waits for its dict, then is read again
+            frozen = [part for part, items in zip(self._parts, parts, strict=True) if items is None]
+            if not frozen:
+                return merged(parts)  # type: ignore[arg-type]
+            for part in frozen:
+                part.thaw()
 
     def keys(self, start: Any = None, stop: Any = None, *, prefix: Any = None) -> Any:  # type: ignore[override]
         return (key for key, _value in self.items(start, stop, prefix=prefix))

@@ -15,13 +15,15 @@ readers in other threads keep getting the interpreter).
 Keys whose digests agree (distinct keys may) are neighbours in the sorted array, and a read
 compares its key's bytes with each of them: an answer never rests on a digest alone.
 
-Immutable: nothing here changes after ``__init__``, so reads need no lock of their own.
+Immutable but for the key objects, made once on first need under a lock of their own
+(:meth:`FrozenState.key_objects`), so reads need no other lock.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -59,13 +61,26 @@ class FrozenState(Mapping[bytes, bytes]):
         self._batch_value_starts: list[int] = value_starts[first_rows].tolist()
         self._value_starts = memoryview(value_starts)
         self._value_ends = memoryview(value_ends)
+        self._key_objects: list[bytes] | None = None
+        self._key_objects_made = threading.Lock()
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[bytes]:
         """The keys in log order (as a dict built by :meth:`to_dict` iterates them)."""
-        return itertools.chain.from_iterable(batch.keys() for batch in self.batches)  # type: ignore[arg-type]
+        return iter(self.key_objects())
+
+    def key_objects(self) -> list[bytes]:
+        """The keys as bytes objects in log order, made once: a key order built while
+        frozen and the dict built after share them (one object per key, and the dict's
+        lookups of the order's keys find them by identity)."""
+        with self._key_objects_made:
+            if self._key_objects is None:
+                self._key_objects = list(
+                    itertools.chain.from_iterable(batch.keys() for batch in self.batches)  # type: ignore[arg-type]
+                )
+            return self._key_objects
 
     def __getitem__(self, key: object) -> bytes:
         row = self._row(key)
@@ -113,15 +128,18 @@ class FrozenState(Mapping[bytes, bytes]):
         numpy calls that cut each batch release and retake the GIL, and a waiter whose
         5 ms timeout sees the GIL change hands never asks for it. Sleeping hands it over."""
         data: dict[bytes, bytes] = {}
-        done = 0
+        keys = self.key_objects()
+        row = done = 0
         for batch in self.batches:
             if done >= THAW_STEP:
                 if stop():
                     return None
                 time.sleep(THAW_PAUSE_S)
                 done = 0
-            data.update(zip(batch.keys(), batch.values(), strict=True))  # type: ignore[arg-type]
-            done += len(batch)
+            values = batch.values()
+            data.update(zip(keys[row : row + len(values)], values, strict=True))  # type: ignore[arg-type]
+            row += len(values)
+            done += len(values)
         return data
 
     def _check(self) -> None:

@@ -11,7 +11,8 @@ A restore of raw bytes with no size bound is collected instead and served frozen
 the dict built from it (:meth:`MemoryStore.thaw`); nothing is applied to a frozen state.
 
 The key order (a :class:`sortedcontainers.SortedList` of the keys) is built by the first
-read that needs it, at the cost of one sort, and kept up to date from then on.
+read that needs it, at the cost of one sort, and kept up to date from then on (built from a
+frozen state, it holds the same keys as the dict that replaces it).
 
 Not thread-safe on its own: :class:`~compactlog.table.Table` serializes access.
 """
@@ -28,6 +29,7 @@ from .errors import TableFullError
 from .table_frozen import FrozenState
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
+FROZEN_RANGE_KEYS = 4096  # a range read of a frozen state takes at most this many keys
 _MISSING = object()
 
 Change = tuple[Any, Any, Any, int]  # (key, old, new, offset); None: absent / removed
@@ -187,11 +189,18 @@ class MemoryStore:
             self.order = SortedList(self.data)
         return self.order
 
-    def range_items(self, start: Any, stop: Any, prefix: Any) -> list[tuple[Any, Any]]:
+    def range_items(self, start: Any, stop: Any, prefix: Any) -> list[tuple[Any, Any]] | None:
         """``(key, value)`` pairs with ``start <= key < stop`` (or starting with
-        ``prefix``), in key order, copied: the caller iterates without the lock."""
-        keys = self.key_range(start, stop, prefix)
+        ``prefix``), in key order, copied: the caller iterates without the lock. ``None``
+        when the state is frozen and the range holds more than :data:`FROZEN_RANGE_KEYS`
+        keys (a frozen read costs microseconds a key): the caller builds the dict first."""
         data = self.data
+        frozen = isinstance(data, FrozenState)
+        if frozen and len(data) > FROZEN_RANGE_KEYS and start is stop is prefix is None:
+            return None  # (every key: known too many before any sort)
+        keys = self.key_range(start, stop, prefix)
+        if frozen and len(keys) > FROZEN_RANGE_KEYS:
+            return None
         return [(key, data[key]) for key in keys]
 
     def key_range(self, start: Any, stop: Any, prefix: Any) -> list[Any]:
@@ -225,4 +234,11 @@ def merged(parts: list[list[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
     return heapq.merge(*parts, key=lambda pair: pair[0])
 
 
-__all__ = ["ENTRY_OVERHEAD", "Change", "MemoryStore", "TableFullError", "merged"]
+__all__ = [
+    "ENTRY_OVERHEAD",
+    "FROZEN_RANGE_KEYS",
+    "Change",
+    "MemoryStore",
+    "TableFullError",
+    "merged",
+]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import table_frozen
+from compactlog import table_frozen, table_memory
 from compactlog.errors import InexactReadError
 from compactlog.log import Log
 from compactlog.offset_map import key_digest_hi, key_digests
@@ -138,9 +138,57 @@ def test_a_table_serves_point_reads_frozen_then_thaws(tmp_path, monkeypatch, fol
         assert len(table) == len(model)
         assert all(table[key] == value for key, value in model.items())
         assert b"nope" not in table and table.get(b"nope") is None
+        assert dict(table.items()) == model  # a small range: read frozen too
+        assert store.frozen is not None
         held.release.set()
-        assert dict(table.items()) == model  # an ordered read waits for the dict
+        table._parts[0].thaw()  # (waits for the builder)
         assert store.frozen is None and store.data == model
+        assert dict(table.items()) == model
+
+
+def test_a_small_range_is_read_frozen_and_a_large_one_waits_for_the_dict(tmp_path, monkeypatch):
+    directory = str(tmp_path / "log")
+    model = _write(directory, [(b"k%04d" % (i % 300), b"v%d" % i) for i in range(700)], 9)
+    monkeypatch.setattr(table_memory, "FROZEN_RANGE_KEYS", 50)
+    held = _Held(monkeypatch)
+    with compactlog.Table(directory, follow=False) as table:
+        assert held.entered.wait(10)
+        expected = sorted(model.items())
+        small = [(k, v) for k, v in expected if k.startswith(b"k002")]
+        assert list(table.items(prefix=b"k002")) == small  # 10 keys, frozen
+        assert list(table.items(b"k0100", b"k0140")) == [
+            (k, v) for k, v in expected if b"k0100" <= k < b"k0140"
+        ]
+        assert table._parts[0].store.frozen is not None and held.returned == []
+        # 100 keys: over the limit, so it waits for the dict (released from another thread)
+        threading.Timer(0.2, held.release.set).start()
+        assert list(table.items(prefix=b"k01")) == [
+            (k, v) for k, v in expected if k.startswith(b"k01")
+        ]
+        assert table._parts[0].store.frozen is None and held.returned == [model]
+        assert list(table.items()) == expected  # the order built while frozen still holds
+
+
+def test_iterating_every_key_of_a_large_frozen_state_waits_without_sorting_it(
+    tmp_path, monkeypatch
+):
+    directory = str(tmp_path / "log")
+    model = _write(directory, [(b"k%d" % i, b"v") for i in range(100)], 9)
+    monkeypatch.setattr(table_memory, "FROZEN_RANGE_KEYS", 50)
+    sorted_while = []
+    key_range = table_memory.MemoryStore.key_range
+
+    def spy(store, *args):
+        sorted_while.append("frozen" if store.frozen is not None else "dict")
+        return key_range(store, *args)
+
+    monkeypatch.setattr(table_memory.MemoryStore, "key_range", spy)
+    held = _Held(monkeypatch)
+    with compactlog.Table(directory, follow=False) as table:
+        assert held.entered.wait(10)
+        threading.Timer(0.2, held.release.set).start()
+        assert dict(table) == model
+    assert sorted_while == ["dict"]
 
 
 def test_follower_applies_appends_after_the_dict_is_built(tmp_path, monkeypatch):
