@@ -22,7 +22,6 @@ Immutable but for the key objects, made once on first need under a lock of their
 from __future__ import annotations
 
 import bisect
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -61,8 +60,9 @@ class FrozenState(Mapping[bytes, bytes]):
         self._batch_value_starts: list[int] = value_starts[first_rows].tolist()
         self._value_starts = memoryview(value_starts)
         self._value_ends = memoryview(value_ends)
-        self._key_objects: list[bytes] | None = None
-        self._key_objects_made = threading.Lock()
+        self._keys: list[bytes] = []  # the key objects of the first ``_keyed`` batches
+        self._keyed = 0
+        self._keys_made = threading.Lock()
 
     def __len__(self) -> int:
         return self._count
@@ -75,12 +75,16 @@ class FrozenState(Mapping[bytes, bytes]):
         """The keys as bytes objects in log order, made once: a key order built while
         frozen and the dict built after share them (one object per key, and the dict's
         lookups of the order's keys find them by identity)."""
-        with self._key_objects_made:
-            if self._key_objects is None:
-                self._key_objects = list(
-                    itertools.chain.from_iterable(batch.keys() for batch in self.batches)  # type: ignore[arg-type]
-                )
-            return self._key_objects
+        return self._keys_through(len(self.batches))
+
+    def _keys_through(self, batches: int) -> list[bytes]:
+        """The key objects, made (once) at least for the first ``batches`` batches: the
+        dict's builder makes them a batch at a time, so it can stop between steps."""
+        with self._keys_made:
+            while self._keyed < batches:
+                self._keys.extend(self.batches[self._keyed].keys())  # type: ignore[arg-type]
+                self._keyed += 1
+            return self._keys
 
     def __getitem__(self, key: object) -> bytes:
         row = self._row(key)
@@ -128,14 +132,14 @@ class FrozenState(Mapping[bytes, bytes]):
         numpy calls that cut each batch release and retake the GIL, and a waiter whose
         5 ms timeout sees the GIL change hands never asks for it. Sleeping hands it over."""
         data: dict[bytes, bytes] = {}
-        keys = self.key_objects()
         row = done = 0
-        for batch in self.batches:
+        for number, batch in enumerate(self.batches):
             if done >= THAW_STEP:
                 if stop():
                     return None
                 time.sleep(THAW_PAUSE_S)
                 done = 0
+            keys = self._keys_through(number + 1)
             values = batch.values()
             data.update(zip(keys[row : row + len(values)], values, strict=True))  # type: ignore[arg-type]
             row += len(values)
