@@ -19,13 +19,14 @@ Not thread-safe on its own: :class:`~compactlog.table.Table` serializes access.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sortedcontainers import SortedList
 
 from .batch_decode import RecordBatch
-from .errors import TableFullError
+from .errors import ConfigError, TableFullError
 from .table_frozen import FrozenState
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
@@ -195,27 +196,25 @@ class MemoryStore:
         when the state is frozen and the range holds more than :data:`FROZEN_RANGE_KEYS`
         keys (a frozen read costs microseconds a key): the caller builds the dict first."""
         data = self.data
-        frozen = isinstance(data, FrozenState)
-        if frozen and len(data) > FROZEN_RANGE_KEYS and start is stop is prefix is None:
+        limit = FROZEN_RANGE_KEYS if isinstance(data, FrozenState) else None
+        if limit is not None and len(data) > limit and start is stop is prefix is None:
             return None  # (every key: known too many before any sort)
-        keys = self.key_range(start, stop, prefix)
-        if frozen and len(keys) > FROZEN_RANGE_KEYS:
-            return None
-        return [(key, data[key]) for key in keys]
+        keys = self.key_range(start, stop, prefix, limit)
+        return None if keys is None else [(key, data[key]) for key in keys]
 
-    def key_range(self, start: Any, stop: Any, prefix: Any) -> list[Any]:
+    def key_range(
+        self, start: Any, stop: Any, prefix: Any, limit: int | None = None
+    ) -> list[Any] | None:
+        """The keys of the range in order (found by bisection, sliced out whole); ``None``
+        if there are more than ``limit``."""
         order = self.sorted_keys()
         if prefix is not None:
-            selected = order.irange(minimum=prefix)
-            out = []
-            for key in selected:
-                if not key.startswith(prefix):
-                    break
-                out.append(key)
-            return out
-        if start is None and stop is None:
-            return list(order)
-        return list(order.irange(start, stop, inclusive=(True, False)))
+            start, stop = prefix, prefix_end(prefix)
+        first = 0 if start is None else order.bisect_left(start)
+        last = len(order) if stop is None else order.bisect_left(stop)
+        if limit is not None and last - first > limit:
+            return None
+        return list(order[first:last]) if last > first else []
 
     def _check(self) -> None:
         if self.order is not None:
@@ -223,6 +222,18 @@ class MemoryStore:
         if self.sizes is not None:
             assert set(self.sizes) == set(self.data)
             assert self.bytes_used == sum(self.sizes.values())
+
+
+def prefix_end(prefix: bytes | str) -> bytes | str | None:
+    """The least key above every key that starts with ``prefix`` (``None``: none is), so
+    those keys are the range ``[prefix, prefix_end(prefix))``."""
+    if isinstance(prefix, bytes):
+        kept = prefix.rstrip(b"\xff")
+        return kept[:-1] + bytes([kept[-1] + 1]) if kept else None
+    if isinstance(prefix, str):
+        kept_text = prefix.rstrip(chr(sys.maxunicode))
+        return kept_text[:-1] + chr(ord(kept_text[-1]) + 1) if kept_text else None
+    raise ConfigError(f"items(prefix=) takes bytes or str, not {type(prefix).__name__}")
 
 
 def merged(parts: list[list[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
