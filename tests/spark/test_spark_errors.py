@@ -44,23 +44,21 @@ def test_a_bad_value_schema_names_the_users_text_not_the_built_schema(spark, log
     assert "BINARY" not in str(caught.value)  # not the schema built around the user's fields
 
 
-def message_after_spark_prefix(error: BaseException) -> str:
-    """What follows Spark's own words: our exception's first line, or a traceback's."""
-    text = str(error).strip()
-    for prefix in (
-        "An exception was thrown from the Python worker:",
-        "Failed to commit or abort Python data source write:",
-    ):
-        if prefix in text:
-            return text.split(prefix, 1)[1].strip().splitlines()[0]
-    raise AssertionError(f"no Spark prefix in {text[:300]!r}")
+def our_line(error: BaseException) -> str:
+    """The line naming our exception, checked to come with no Python traceback (whatever
+    Spark's own prefix says)."""
+    text = str(error)
+    assert "Traceback (most recent call last)" not in text, text[:2000]
+    lines = [line for line in text.splitlines() if "compactlog.errors." in line]
+    assert lines, text[:2000]
+    return lines[0][lines[0].index("compactlog.errors.") :]
 
 
 def test_a_task_refusing_rows_is_our_message_not_a_traceback(spark, log_path):
     df = spark.createDataFrame([(None, b"v")], "key binary, value binary")
     with pytest.raises(Exception) as caught:
         df.write.format("compactlog").mode("append").save(log_path)
-    line = message_after_spark_prefix(caught.value)
+    line = our_line(caught.value)
     assert line.startswith("compactlog.errors.InvalidRecordError: "), line
     assert "1 row(s) with a null key: the log is compacted" in line
 
@@ -76,7 +74,7 @@ def test_a_commit_refused_by_the_log_is_our_message_not_a_traceback(spark, tmp_p
     compactlog.open(target).close()
     with compactlog.open(target, exclusive=True), pytest.raises(Exception) as caught:
         writer.save(path)  # the driver's commit cannot open the log for writing
-    line = message_after_spark_prefix(caught.value)
+    line = our_line(caught.value)
     assert line.startswith("compactlog.errors.LogLockedError: "), line
     assert "open for writing with exclusive=True by another process" in line
 
