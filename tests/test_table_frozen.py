@@ -41,7 +41,7 @@ def _write(directory: str, writes: list[tuple[bytes, bytes | None]], batch: int)
     with compactlog.open(directory, segment_bytes=2048, min_compaction_lag_ms=0) as log:
         for start in range(0, len(writes), batch):
             log.append_batch(writes[start : start + batch])
-            if start == len(writes) // 2:
+            if start <= len(writes) // 2 < start + batch:  # the batch holding the middle
                 log.compact(force=True)
         for key, value in writes:
             if value is None:
