@@ -160,9 +160,10 @@ class _Part:
         """Replace a frozen restored state by its dict, built without the table's lock so
         reads go on meanwhile; at once if there is none. Before anything is applied
         (:meth:`poll`) and before a large ordered read."""
-        store = self.store
-        if not isinstance(store, MemoryStore) or store.frozen is None:
+        if not self.frozen:
             return
+        store = self.store
+        assert isinstance(store, MemoryStore)
         with self._thawing:
             frozen = store.frozen
             if frozen is None:  # another thread built it meanwhile

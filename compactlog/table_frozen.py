@@ -41,7 +41,6 @@ class FrozenState(Mapping[bytes, bytes]):
 
     def __init__(self, batches: list[RecordBatch]) -> None:
         self.batches = batches
-        self._count = sum(len(batch) for batch in batches)
         empty = np.zeros(0, np.int64)
         key_lengths = np.concatenate([b.key_lengths for b in batches]) if batches else empty
         value_lengths = np.concatenate([b.value_lengths for b in batches]) if batches else empty
@@ -65,7 +64,7 @@ class FrozenState(Mapping[bytes, bytes]):
         self._keys_made = threading.Lock()
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._rows)
 
     def __iter__(self) -> Iterator[bytes]:
         """The keys in log order (as a dict built by :meth:`to_dict` iterates them)."""

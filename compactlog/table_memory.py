@@ -76,7 +76,7 @@ class MemoryStore:
         if self.restored is not None:  # a restore (batches of latest_batches): collect
             self.restored.append(batch)
             return
-        assert not isinstance(self.data, FrozenState), "a frozen state is thawed first"
+        assert self.frozen is None, "a frozen state is thawed first"
         keys = batch.keys()
         values = batch.values()
         if bool((batch.key_lengths < 0).any()):  # keyless records have no place in a table
@@ -171,7 +171,7 @@ class MemoryStore:
     def close(self) -> None:
         """Drop a frozen state: its batches may hold views of segment files' maps, which
         keep a file removed meanwhile on disk."""
-        if isinstance(self.data, FrozenState):
+        if self.frozen is not None:
             self.data = {}
 
     # -- reads ---------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class MemoryStore:
         when the state is frozen and the range holds more than :data:`FROZEN_RANGE_KEYS`
         keys (a frozen read costs microseconds a key): the caller builds the dict first."""
         data = self.data
-        limit = FROZEN_RANGE_KEYS if isinstance(data, FrozenState) else None
+        limit = None if self.frozen is None else FROZEN_RANGE_KEYS
         if limit is not None and len(data) > limit and start is stop is prefix is None:
             return None  # (every key: known too many before any sort)
         keys = self.key_range(start, stop, prefix, limit)
