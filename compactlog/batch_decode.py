@@ -147,6 +147,50 @@ class RecordBatch:
         selected.stored_batches = self.stored_batches
         return selected
 
+    def split(self, n: int) -> tuple[RecordBatch, RecordBatch]:
+        """The first ``n`` records and the rest, as two batches over this one's bytes
+        (views: no copy, and work in proportion to the ``n`` taken, not to the batch): how a
+        subscriber hands a large batch out a poll at a time, decoding it once. Each part
+        keeps the stored header, with its count and its share of ``length``."""
+        n = min(max(n, 0), len(self))
+        cuts = [_blob_end(self.key_lengths, n), _blob_end(self.value_lengths, n)]
+        blobs = [memoryview(self.keys_blob), memoryview(self.values_blob)]
+        if self.header_lengths is not None and self.headers_blob is not None:
+            cuts.append(_blob_end(self.header_lengths, n))
+            blobs.append(memoryview(self.headers_blob))
+        first_length = self.header.length * n // max(len(self), 1)
+
+        def part(rows: slice, ends: list[slice], count: int, length: int) -> RecordBatch:
+            lengths = self.header_lengths
+            return RecordBatch(
+                header=self.header._replace(count=count, length=length),
+                position=self.position,
+                offsets=self.offsets[rows],
+                timestamps=self.timestamps[rows],
+                key_lengths=self.key_lengths[rows],
+                value_lengths=self.value_lengths[rows],
+                keys_blob=blobs[0][ends[0]],
+                values_blob=blobs[1][ends[1]],
+                header_lengths=None if lengths is None else lengths[rows],
+                headers_blob=blobs[2][ends[2]] if len(blobs) > 2 else None,
+                stored_batches=self.stored_batches,
+                decoded=None if self.decoded is None else self.decoded[rows],
+            )
+
+        head = part(slice(0, n), [slice(0, cut) for cut in cuts], n, first_length)
+        rest = part(
+            slice(n, None),
+            [slice(cut, None) for cut in cuts],
+            len(self) - n,
+            self.header.length - first_length,
+        )
+        return head, rest
+
+
+def _blob_end(lengths: np.ndarray, n: int) -> int:
+    """Bytes the first ``n`` items of a blob cut at ``lengths`` take (-1: absent, none)."""
+    return int(np.maximum(lengths[:n], 0).sum()) if n else 0
+
 
 def _split(blob: bytes | memoryview, lengths: np.ndarray) -> list[bytes | None]:
     """The items of ``blob`` cut at ``lengths`` (a negative length: ``None``, no bytes)."""

@@ -308,10 +308,11 @@ def _verify_segment(
             report.problem("bad_header", name, 0, problem)
             return previous_next
         next_offset = previous_next
-        for pos, item in walk(data, HEADER_SIZE, end, tolerate_from=unsynced, crc=deep):
+        walked = walk(data, HEADER_SIZE, end, tolerate_from=unsynced, crc=deep, newest=last)
+        for pos, item in walked:
             if isinstance(item, Damage):
                 if item.resume is None:
-                    if last:
+                    if item.torn_tail:
                         report.problem(
                             "torn_tail",
                             name,

@@ -43,7 +43,6 @@ from .format import (
 from .fsio import FileSystem
 from .head import Head, read_log_head, read_sync_point
 from .small_runs import SmallRun, decode_small_run, scan_small_run
-from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size
 READ_CHUNK = 4 << 20
@@ -156,24 +155,46 @@ class BatchWalk:
 
 @dataclass(frozen=True, slots=True)
 class Damage:
-    """Invalid bytes met by :func:`walk`: from ``position`` to ``resume``, the next valid
-    batch, or to the end when ``resume`` is ``None`` (nothing valid follows, or the damage
-    lies past ``tolerate_from``: a torn tail either way)."""
+    """Invalid bytes, as :func:`judge_damage` sees them: from ``position`` to ``resume``,
+    the next valid batch, or to the end when ``resume`` is ``None``; ``torn_tail`` says
+    whether they are the end of the data (else corruption)."""
 
     position: int
     resume: int | None
     reason: str
+    torn_tail: bool
+
+
+def judge_damage(
+    buf: Any, pos: int, end: int, reason: str, *, newest: bool, unsynced: int | None
+) -> Damage:
+    """The one rule of tail tolerance (the module docstring), for invalid bytes at ``pos``
+    of ``buf[:end]`` in a segment: they are a **torn tail** (the end of the data, no error)
+    only in the ``newest`` segment, and only when no valid batch follows them or they lie
+    at or past its sync point ``unsynced`` (:func:`unsynced_from`: a power loss may have
+    kept later unsynced writes and lost earlier ones, so what follows counts for nothing).
+    Anything else is corruption. Every reader of segment bytes asks here: the
+    :class:`SegmentReader` (``read``, ``read_batches``, subscribers, tables), the validating
+    scans (:func:`walk`, :func:`scan_segment`, hence the writers' tail recovery in
+    ``tail.py``) and ``verify`` (``invariants.py``)."""
+    past_sync_point = unsynced is not None and pos >= unsynced
+    resume = None if past_sync_point else find_next_valid_batch(buf, pos, end)
+    return Damage(pos, resume, reason, newest and resume is None)
 
 
 def walk(
-    buf: Any, start: int, end: int, *, tolerate_from: int | None = None, crc: bool = True
+    buf: Any,
+    start: int,
+    end: int,
+    *,
+    tolerate_from: int | None = None,
+    crc: bool = True,
+    newest: bool = True,
 ) -> Iterator[tuple[int, BatchHeader | Damage]]:
-    """Every batch of ``buf[start:end]`` and every damaged region between them, in order:
-    after a :class:`Damage` the walk resumes at the next valid batch
-    (``format.find_next_valid_batch``), except at or past ``tolerate_from`` (past the sync
-    point of the newest segment, where a power loss may have kept later unsynced writes and
-    lost earlier ones), where invalid bytes end it like a torn tail."""
-    tolerate = end + 1 if tolerate_from is None else tolerate_from
+    """Every batch of ``buf[start:end]`` and every damaged region between them, in order,
+    each region judged by :func:`judge_damage` (``tolerate_from``: the sync point of the
+    newest segment); after a :class:`Damage` the walk resumes at the next valid batch, if
+    any."""
     pos = start
     while pos < end:
         batches = BatchWalk(buf, pos, end, crc=crc)
@@ -181,11 +202,11 @@ def walk(
         pos = batches.pos
         if pos >= end:
             return
-        resume = None if pos >= tolerate else find_next_valid_batch(buf, pos, end)
-        yield pos, Damage(pos, resume, batches.reason)
-        if resume is None:
+        damage = judge_damage(buf, pos, end, batches.reason, newest=newest, unsynced=tolerate_from)
+        yield pos, damage
+        if damage.resume is None:
             return
-        pos = resume
+        pos = damage.resume
 
 
 # -- scanning ----------------------------------------------------------------------------
@@ -230,7 +251,7 @@ def scan_segment(
     tolerate = end + 1 if tolerate_from is None else tolerate_from
     for pos, header in walk(data, start, end, tolerate_from=tolerate_from):
         if isinstance(header, Damage):
-            if header.resume is not None:
+            if not header.torn_tail:
                 raise CorruptLogError(
                     f"{header.reason}; valid data follows at byte {origin + header.resume}",
                     path=path,
@@ -379,11 +400,21 @@ class SegmentReader:
     while it is being read is read to its end as it was (the old inode stays alive).
     """
 
-    def __init__(self, directory: str, base: int, *, last_segment: bool) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base: int,
+        *,
+        last_segment: bool,
+        head: Callable[[], Head | None] | None = None,
+    ) -> None:
         self.path = segment_path(directory, base)
         self.directory = directory
         self.base = base
         self.last_segment = last_segment
+        # how the writers' head is read (a subscriber passes the pread of the ``.lock`` it
+        # keeps open); by default ``.lock`` is opened for each read
+        self._read_head = head
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -485,12 +516,15 @@ class SegmentReader:
                 self._bad_batch(pos + cursor, reason, size)
                 return
             if cursor == 0:
-                # one batch larger than a chunk: fetch it whole
-                header, reason = check_batch(read_all(self.fd, pos, size - pos), 0, size - pos)
+                # one batch larger than a chunk: fetch it whole (its header says how long
+                # it is, which check_batch then verifies with the rest)
+                header, reason = read_batch_header(buffer, 0, 1 << 62)
+                want = size - pos if header is None else min(header.length, size - pos)
+                buffer = read_all(self.fd, pos, want)
+                header, reason = check_batch(buffer, 0, len(buffer))
                 if header is None:
                     self._bad_batch(pos, reason, size)
                     return
-                buffer = read_all(self.fd, pos, header.length)
                 yield pos, header, buffer, 0
                 cursor = header.length
             pos += cursor
@@ -504,7 +538,8 @@ class SegmentReader:
             return HEADER_SIZE
         size = os.fstat(self.fd).st_size
         if self.last_segment:
-            return bound_by_head(size, self.base, read_log_head(self.directory))
+            head = read_log_head(self.directory) if self._read_head is None else self._read_head()
+            return bound_by_head(size, self.base, head)
         return size
 
     def _mapped_headers(
@@ -532,21 +567,18 @@ class SegmentReader:
             self._bad_batch(batches.pos, batches.reason, size)
 
     def _bad_batch(self, pos: int, reason: str, size: int) -> None:
-        """An invalid batch: a not-yet-complete tail of the newest segment ends the read,
-        and so does one past the sync point (head.py: after a power loss, unsynced writes may
-        have reached the disk in any order, and the next writer cuts them); anything else is
-        corruption."""
-        if self.last_segment and only_zeros(read_all(self.fd, pos, size - pos)):
-            return  # room an exclusive writer reserved (its head could not be read)
-        if self.last_segment and pos >= unsynced_from(self.directory, self.base):
-            return
+        """An invalid batch at ``pos``: the end of the data when :func:`judge_damage` calls
+        it a torn tail of the newest segment, else :class:`CorruptLogError`."""
+        unsynced = unsynced_from(self.directory, self.base) if self.last_segment else None
         data = read_all(self.fd, 0, size)
-        following = find_next_valid_batch(data, pos, len(data))
-        if following is None and self.last_segment:
+        damage = judge_damage(
+            data, pos, len(data), reason, newest=self.last_segment, unsynced=unsynced
+        )
+        if damage.torn_tail:
             return
         detail = (
-            f"; valid data follows at byte {following}"
-            if following is not None
+            f"; valid data follows at byte {damage.resume}"
+            if damage.resume is not None
             else " in a closed segment"
         )
         raise CorruptLogError(reason + detail, path=self.path, position=pos)

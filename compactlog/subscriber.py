@@ -58,44 +58,35 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import filenames
-from .batch_decode import Record, RecordBatch, decode_batch
+from .batch_decode import Record, RecordBatch
 from .errors import (
-    CorruptLogError,
     DecodeError,
     LogClosedError,
     MissingSegmentError,
     SubscriberBusyError,
     SubscriberError,
 )
-from .format import SEGMENT_FILE_HEADER, read_batch_header
 from .head import (
     Head,
     read_log_head,
     read_published_head,
 )
-from .reader import iter_batches, trim_batch
+from .reader import iter_batches
 from .segment import (
     HEADER_SIZE,
-    RUN_BYTES,
     SegmentReader,
-    check_segment_header,
     list_segments,
-    read_all,
     segment_data_size,
     segment_path,
-    unsynced_from,
-    unsynced_header,
-    walk_step,
 )
 from .serde import RAW, Serde
-from .small_runs import SmallRun, decode_small_run
 from .state_files import read_checkpoint_file, read_meta, write_checkpoint
 from .tail import scan_start
 from .watch import SLEEP_MAX_S, SLEEP_MIN_S, HeadWatcher
@@ -107,7 +98,6 @@ logger = logging.getLogger("compactlog.subscriber")
 
 TRANSIENT_PREFIX = "~"
 MAX_NAME_BYTES = 255
-READ_CHUNK = 1 << 20  # bytes read from a segment at a time (the rest is kept for later polls)
 COMMIT_ATTEMPTS = 3  # a log opened elsewhere removes stray ``.tmp`` files: retry then
 HOLDER_RECORD_BYTES = 32  # ``pid <n>`` padded: rewritten in place by one pwrite
 HOLDER_READ_ATTEMPTS = 20  # a holder that just took the lock writes its pid a moment later
@@ -475,17 +465,51 @@ def set_committed(log: Log, name: str, offset: int, *, force: bool = False) -> i
 
 
 class _Cursor:
-    """An open segment and where in it the next batch starts."""
+    """Where a subscriber reads: the segment holding its position, open as a
+    :class:`SegmentReader` (the one reader of segments, shared with ``read()``), the walk
+    of its batches in progress (kept between polls: what one read fetched is parsed once)
+    and the rest of a decoded batch not handed out yet (decoded once, however many polls
+    take it)."""
 
-    __slots__ = ("base", "buf", "buf_start", "fd", "ino", "pos")
+    __slots__ = ("batches", "ino", "pending", "pos", "reader")
 
-    def __init__(self, base: int, fd: int, ino: int, pos: int) -> None:
-        self.base = base
-        self.fd = fd
-        self.ino = ino
-        self.pos = pos
-        self.buf = b""
-        self.buf_start = 0
+    def __init__(self, reader: SegmentReader, pos: int) -> None:
+        self.reader = reader
+        self.ino = os.fstat(reader.fd).st_ino
+        self.pos = pos  # the byte after the last batch taken from the walk
+        self.batches: Iterator[RecordBatch] | None = None
+        self.pending: RecordBatch | None = None
+
+    @property
+    def base(self) -> int:
+        return self.reader.base
+
+    def next(self) -> RecordBatch | None:
+        """The next batch (a run of small ones comes as one): what is pending, else the
+        walk's next; ``None`` where the readable data ends for now (a new walk starts
+        there next time, seeing what was written since)."""
+        if self.pending is not None:
+            batch, self.pending = self.pending, None
+            return batch
+        if self.batches is None:
+            self.batches = self.reader.runs(self.pos)
+        batch = next(self.batches, None)
+        if batch is None:
+            self.batches = None
+            return None
+        self.pos = batch.position + batch.size_bytes
+        return batch
+
+    def at_end(self) -> bool:
+        """Whether the walk reached the end of the file (not a torn tail before it)."""
+        return self.pending is None and self.pos >= os.fstat(self.reader.fd).st_size
+
+    def close(self) -> None:
+        if self.batches is not None:
+            self.batches.close()
+            self.batches = None
+        self.pending = None
+        self.reader.close()
 
 
 class _Descriptors:
@@ -500,7 +524,7 @@ class _Descriptors:
 
     def drop_cursor(self) -> None:
         if self.cursor is not None:
-            os.close(self.cursor.fd)
+            self.cursor.close()
             self.cursor = None
 
     def close(self) -> None:
@@ -864,32 +888,33 @@ class Subscriber:
             if max_bytes is not None and size >= max_bytes:
                 break
             cursor = self._fds.cursor or self._establish()
-            if cursor is None:
-                break
-            if cursor.base == head.active_base:
-                limit = head.active_size
-            elif cursor.base < head.active_base:
-                limit = os.fstat(cursor.fd).st_size  # closed: complete
-            else:
-                break  # a segment newer than the head we read: next poll
-            if cursor.pos >= limit:
-                if cursor.base == head.active_base or not self._advance(cursor):
+            if cursor is None or cursor.base > head.active_base:
+                break  # nothing readable yet, or a segment newer than the head we read
+            batch = cursor.next()
+            if batch is None:
+                if cursor.base == head.active_base:
+                    break  # the active segment's data ends here for now
+                if not cursor.at_end():
+                    if not cursor.reader.last_segment:
+                        break  # (a closed segment's reader raises on anything else)
+                    # opened as the newest segment, closed since: read it again as closed
+                    self._fds.drop_cursor()
+                    continue
+                if not self._advance(cursor):
                     break
                 continue
-            room_bytes = None if max_bytes is None else max_bytes - size
-            batch = self._next_batch(cursor, limit, max_records - records, room_bytes)
-            if batch is None:
-                break
             position = self._position
             if batch.next_offset <= position:
                 continue
-            batch = trim_batch(batch, position, None)
+            start = int(np.searchsorted(batch.offsets, position))
+            if start:
+                batch = batch.split(start)[1]  # (the rest of a batch begun before)
             if not len(batch):
                 self._position = batch.next_offset
                 continue
-            batch, partial = self._take(batch, max_records - records)
-            if partial:
-                cursor.pos = batch.position  # the rest of this batch is read next time
+            room_bytes = None if max_bytes is None else max_bytes - size
+            batch, rest = self._take(batch, max_records - records, room_bytes)
+            cursor.pending = rest
             out.append(batch)
             records += len(batch)
             size += batch.size_bytes
@@ -905,24 +930,20 @@ class Subscriber:
             i = max(bisect.bisect_right(bases, self._position) - 1, 0)
             base = bases[i]
             try:
-                fd = os.open(segment_path(self.directory, base), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+                reader = SegmentReader(
+                    self.directory, base, last_segment=base == bases[-1], head=self._head
+                )
+            except MissingSegmentError:
                 self._check_log_start()  # retention removed it meanwhile
                 continue
             try:
-                header = read_all(fd, 0, HEADER_SIZE)
-                if (
-                    base == bases[-1]
-                    and header != SEGMENT_FILE_HEADER
-                    and unsynced_header(header, unsynced_from(self.directory, base))
-                ):
-                    os.close(fd)
+                if reader.empty:
+                    reader.close()
                     return None  # a newest segment whose header is not written (yet)
-                check_segment_header(segment_path(self.directory, base), header)
-                pos = scan_start(fd, self.directory, base, self._position)
-                cursor = _Cursor(base, fd, os.fstat(fd).st_ino, pos)
+                pos = scan_start(reader.fd, self.directory, base, self._position)
+                cursor = _Cursor(reader, pos)
             except BaseException:
-                os.close(fd)
+                reader.close()
                 raise
             self._fds.cursor = cursor
             return cursor
@@ -948,56 +969,6 @@ class Subscriber:
         # else the file was replaced by a rewrite or removed: look the position up again
         return True
 
-    def _next_batch(
-        self, cursor: _Cursor, limit: int, room: int, room_bytes: int | None
-    ) -> RecordBatch | None:
-        """The batch at ``cursor.pos`` (wholly below ``limit``), advancing the cursor; a
-        run of small batches (about ``room`` records, at most ``room_bytes`` bytes) comes
-        back as one batch (``small_runs.decode_small_run``)."""
-        offset = cursor.pos - cursor.buf_start
-        if not 0 <= offset < len(cursor.buf):
-            cursor.buf = read_all(cursor.fd, cursor.pos, min(READ_CHUNK, limit - cursor.pos))
-            cursor.buf_start = cursor.pos
-            offset = 0
-        runs = None
-        if room > 1:
-            runs = (room, RUN_BYTES if room_bytes is None else room_bytes)
-        header, reason = walk_step(cursor.buf, offset, len(cursor.buf), runs)
-        if isinstance(header, SmallRun):
-            try:
-                batch = decode_small_run(cursor.buf, header)
-            except Exception:  # a body that passed its CRC yet does not decode
-                return self._next_batch(cursor, limit, 1, None)  # one at a time: says where
-            batch.position = cursor.pos
-            cursor.pos += header.end - offset
-            return batch
-        if header is None and reason.startswith("incomplete"):
-            partial, _ = read_batch_header(cursor.buf, offset, 1 << 62)
-            want = max(READ_CHUNK, partial.length if partial is not None else 0)
-            cursor.buf = read_all(cursor.fd, cursor.pos, min(want, limit - cursor.pos))
-            cursor.buf_start = cursor.pos
-            offset = 0
-            header, reason = walk_step(cursor.buf, offset, len(cursor.buf))
-        if header is None:
-            if cursor.pos >= unsynced_from(self.directory, cursor.base):
-                return None  # after a power loss, before the next writer cuts it (head.py)
-            raise CorruptLogError(
-                f"{reason} (within what the head says is written)",
-                path=segment_path(self.directory, cursor.base),
-                position=cursor.pos,
-            )
-        try:
-            batch = decode_batch(cursor.buf, offset, header)
-        except Exception as error:
-            raise CorruptLogError(
-                f"undecodable batch: {error}",
-                path=segment_path(self.directory, cursor.base),
-                position=cursor.pos,
-            ) from None
-        batch.position = cursor.pos
-        cursor.pos += header.length
-        return batch
-
     def _read_without_head(self, max_records: int, max_bytes: int | None) -> list[RecordBatch]:
         """No valid head (after a repair, before the next writer): the general reader,
         which tolerates an in-progress tail on its own."""
@@ -1009,21 +980,27 @@ class Subscriber:
         for batch in iter_batches(self.directory, self._position, self.log.end_offset):
             if records >= max_records or (max_bytes is not None and size >= max_bytes):
                 break
-            batch, _partial = self._take(batch, max_records - records)
+            room_bytes = None if max_bytes is None else max_bytes - size
+            batch, _rest = self._take(batch, max_records - records, room_bytes)
             out.append(batch)
             records += len(batch)
             size += batch.size_bytes
         return out
 
-    def _take(self, batch: RecordBatch, room: int) -> tuple[RecordBatch, bool]:
-        """Cut ``batch`` to at most ``room`` records and move the position past what is
-        taken; the flag says records were left for the next poll."""
+    def _take(
+        self, batch: RecordBatch, room: int, room_bytes: int | None
+    ) -> tuple[RecordBatch, RecordBatch | None]:
+        """Cut ``batch`` to at most ``room`` records (a run of small stored batches also to
+        about ``room_bytes``: a stored batch is handed out whole) and move the position past
+        what is taken; the rest, if any, is for the next poll."""
+        if room_bytes is not None and batch.stored_batches > 1 and batch.size_bytes > room_bytes:
+            room = min(room, max(len(batch) * room_bytes // batch.size_bytes, 1))
         if len(batch) > room:
-            batch = batch.select(np.arange(len(batch)) < room)
+            batch, rest = batch.split(room)
             self._position = int(batch.offsets[-1]) + 1
-            return batch, True
+            return batch, rest
         self._position = batch.next_offset
-        return batch, False
+        return batch, None
 
 
 def _check_limit(value: object, what: str) -> None:
