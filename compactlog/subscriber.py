@@ -717,7 +717,9 @@ class Subscriber:
     ) -> list[Record]:
         """:meth:`poll` for a coroutine: waits up to ``timeout_s`` (``math.inf``: until
         records come) without blocking the event loop or taking a thread; the wake-up is
-        this log's shared watch in the running loop (``aio.py``)."""
+        this log's shared watch in the running loop (``aio.py``). Records found at once are
+        returned after the loop has run its other ready tasks once: a consumer draining a
+        backlog poll by poll (``async for``) never holds the loop for longer than one poll."""
         from .aio import wait_until
 
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0:
@@ -727,8 +729,11 @@ class Subscriber:
         while True:
             before = self._position
             records = self.poll(max_records, max_bytes, 0)
+            if records:
+                await asyncio.sleep(0)  # let other tasks run: a backlog takes many polls
+                return records
             remaining = deadline - time.monotonic()
-            if records or remaining <= 0:
+            if remaining <= 0:
                 return records
             if self._position == before and self._head_has_more():
                 # the head promises records the files do not show yet (see poll_batches)

@@ -142,3 +142,41 @@ def test_flush_async_makes_lingering_appends_visible_to_other_processes(log_dir)
             assert run_python(seen, str(log_dir)).strip() == "1"
 
     asyncio.run(main())
+
+
+def test_async_iteration_over_a_backlog_lets_other_tasks_run(log_dir):
+    """Issue 24: ``async for record in sub`` over 200,000 waiting records held the loop for
+    1.3 s; another task, waking every millisecond, now waits at most about one poll."""
+    count = 200_000
+    with compactlog.open(log_dir) as log:
+        for lo in range(0, count, 10_000):
+            log.append_batch([(b"k%d" % i, b"v") for i in range(lo, lo + 10_000)])
+        subscriber = log.subscribe("~backlog", start=0)
+
+        async def ticker(stop: asyncio.Event, delays: list[float]) -> None:
+            loop = asyncio.get_running_loop()
+            while not stop.is_set():
+                asked = loop.time()
+                await asyncio.sleep(0.001)
+                delays.append(loop.time() - asked - 0.001)
+
+        async def main() -> tuple[float, list[float]]:
+            stop = asyncio.Event()
+            delays: list[float] = []
+            task = asyncio.create_task(ticker(stop, delays))
+            await asyncio.sleep(0)  # the ticker is waiting
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            seen = 0
+            async for _record in subscriber:
+                seen += 1
+                if seen == count:
+                    break
+            took = loop.time() - began
+            stop.set()
+            await task
+            return took, delays
+
+        took, delays = asyncio.run(main())
+    assert len(delays) >= 5  # the ticker ran all along
+    assert max(delays) < max(took / 5, 0.05)  # never held for long (before: all of it)

@@ -698,3 +698,29 @@ def test_subscriber_is_usable_as_a_context_manager(log_dir):
         assert sub.closed
         write_checkpoint(FileSystem(), str(log_dir), "s", 2)
         assert log.subscribe("s").position == 2
+
+
+def test_polling_a_large_batch_a_little_at_a_time_decodes_it_once(log_dir, monkeypatch):
+    """Issue 24: ``poll(1000)`` over one 100,000-record batch decoded the whole batch on
+    every call (quadratic); the subscriber now keeps the decoded rest for its next polls."""
+    from compactlog import batch_decode, segment, subscriber
+
+    decodes = []
+    original = batch_decode.decode_batch
+
+    def counting(*args, **kwargs):
+        decodes.append(1)
+        return original(*args, **kwargs)
+
+    for module in (segment, subscriber):  # whichever decodes for the subscriber
+        if hasattr(module, "decode_batch"):
+            monkeypatch.setattr(module, "decode_batch", counting)
+    with compactlog.open(log_dir) as log:
+        log.append_batch([(b"k%d" % i, b"v%d" % i) for i in range(20_000)])
+        sub = log.subscribe("~t", start=0)
+        got = []
+        while records := sub.poll(max_records=100):
+            got.extend(records)
+        assert [r.offset for r in got] == list(range(20_000))
+        assert got[12_345].value == b"v12345"
+        assert len(decodes) == 1
