@@ -14,7 +14,7 @@ the named operation is timed: building the log a read or a compaction starts fro
   precommit buffer; ``append_batch`` of 1,000; single appends and 1,000-record batches under
   ``sync="always"``. Each includes the final ``flush()``.
 - reads: ``read()`` and ``read_batches()`` over a log written by single appends (one record a
-  batch) and over a log written in batches of 1,000; a subscriber polling the batch log.
+  batch) and over a log written in batches of 1,000; a subscriber polling each log.
 - compaction: ``compact(force=True)`` of 1,000,000 records over 100,000 keys, and
   ``latest_batches()`` of the compacted log.
 """
@@ -110,6 +110,7 @@ WORKLOADS: dict[str, tuple[str, int, dict[str, Any], Build, Callable[[Any], Any]
     "read() of batches": ("reads", 1_000_000, {}, _append_batches, _read_records),
     "read_batches() of batches": ("reads", 1_000_000, {}, _append_batches, _read_batches),
     "subscriber poll of batches": ("reads", 1_000_000, {}, _append_batches, _poll_all),
+    "subscriber poll of single appends": ("reads", 200_000, {}, _append_singles, _poll_all),
     "compact(force=True), 100k keys": ("compaction", 1_000_000, {}, _append_batches, _compact),
     "latest_batches() of compacted": (
         "compaction",

@@ -11,7 +11,8 @@ and treated as "not yet written" by readers. An invalid batch followed by valid 
 corruption: :class:`CorruptLogError` naming file and position, never a silent skip; except
 in the newest segment past its sync point (``head.py``), where a power loss may have kept
 later unsynced writes and lost earlier ones: there it ends the data like a torn tail
-(:func:`unsynced_from`).
+(:func:`unsynced_from`). :func:`judge_damage` is that rule, and the only place it is
+written: every reader, scan and check of segment bytes asks it.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class BatchWalk:
     """Iterates ``(position, header)`` over the valid batches of ``buf[start:end]``, stopping
     at the first invalid one; then ``pos`` is where it stopped and ``reason`` why ("" when it
     reached ``end``). Every loop over a segment's batches is one of these (:func:`walk`,
-    :func:`scan_segment`, :class:`SegmentReader`, the subscriber, repair, verify). With
+    :func:`scan_segment`, :class:`SegmentReader` and through it the subscribers, repair,
+    verify). With
     ``runs``, a run of small batches comes as one item whose header is the
     :class:`SmallRun`; without ``crc``, headers are checked but bodies are not."""
 

@@ -5,15 +5,19 @@ a name starting with ``~`` is transient: it starts at the end of the log, keeps 
 its :meth:`Subscriber.commit` does nothing. Positions are offsets, and offsets never change
 (compaction keeps them), so a checkpoint stays valid across cleans.
 
-Reading (the tailing fast path). A subscriber keeps a *cursor*: an open descriptor on the
-segment holding its position, the byte position of the next batch there and the unparsed
-rest of the last chunk it read. Each poll reads the shared head from ``.lock`` (one
-``pread``) and parses whole batches only up to what the head says is written: for the
-active segment up to ``head.active_size``, so an append in progress is never looked at; a
-closed segment is read to its end. When a segment is exhausted the cursor is re-established
-*by offset* from a fresh directory listing, exactly like ``reader.iter_batches``: a segment
-the cleaner replaced is read to its end as it was (our descriptor keeps the old inode) and
-the next lookup lands wherever the following offsets live now.
+Reading (the tailing fast path). A subscriber reads segments as ``read()`` does, through
+:class:`~compactlog.segment.SegmentReader` (one reader of the bytes, one rule for torn
+tails: ``segment.judge_damage``). It keeps a *cursor*: the segment holding its position
+open as a ``SegmentReader``, that reader's walk of the batches in progress (kept between
+polls, so a chunk read is parsed once) and the decoded rest of a batch a poll did not take
+(handed out by later polls without decoding it again, ``RecordBatch.split``). Each poll
+reads the shared head from ``.lock`` (one ``pread``), which also bounds the reader: the
+active segment is read up to ``head.active_size``, so an append in progress is never looked
+at; a closed segment is read to its end. When a segment is exhausted the cursor is
+re-established *by offset* from a fresh directory listing, exactly like
+``reader.iter_batches``: a segment the cleaner replaced is read to its end as it was (the
+reader's descriptor keeps the old inode) and the next lookup lands wherever the following
+offsets live now.
 
 Falling behind the log start. Retention may delete segments a subscriber has not read
 (``delete`` policy, or an operator's repair; ``consumed`` retention never does that to a
