@@ -497,7 +497,11 @@ class _Cursor:
             return batch
         if self.batches is None:
             self.batches = self.reader.runs(self.pos)
-        batch = next(self.batches, None)
+        try:
+            batch = next(self.batches, None)
+        except BaseException:
+            self.batches = None  # (a walk that raised is over: the next starts anew)
+            raise
         if batch is None:
             self.batches = None
             return None
@@ -893,6 +897,7 @@ class Subscriber:
         out: list[RecordBatch] = []
         records = 0
         size = 0
+        reopened = False
         while self._position < head.end_offset and records < max_records:
             if max_bytes is not None and size >= max_bytes:
                 break
@@ -904,10 +909,11 @@ class Subscriber:
                 if cursor.base == head.active_base:
                     break  # the active segment's data ends here for now
                 if not cursor.at_end():
-                    if not cursor.reader.last_segment:
+                    if not cursor.reader.last_segment or reopened:
                         break  # (a closed segment's reader raises on anything else)
                     # opened as the newest segment, closed since: read it again as closed
                     self._fds.drop_cursor()
+                    reopened = True
                     continue
                 if not self._advance(cursor):
                     break

@@ -724,3 +724,25 @@ def test_polling_a_large_batch_a_little_at_a_time_decodes_it_once(log_dir, monke
         assert [r.offset for r in got] == list(range(20_000))
         assert got[12_345].value == b"v12345"
         assert len(decodes) == 1
+
+
+def test_a_corrupt_batch_stops_a_subscriber_with_an_error_at_every_poll(log_dir):
+    """Corruption (valid data after it) is reported by every poll that reaches it, never
+    taken for the end of the data on a retry."""
+    from compactlog.errors import CorruptLogError
+
+    from .helpers import batch_positions, body_position, flip_bit, segment_files
+
+    with compactlog.open(log_dir, segment_bytes=4096) as log:
+        for i in range(100):
+            log.append_batch([(b"k%d" % i, b"v" * 50)] * 3)
+        first = segment_files(log_dir)[0]
+        pos, _length = batch_positions(first)[5]
+        flip_bit(first, body_position(pos))
+        sub = log.subscribe("~t", start=0)
+        assert len(sub.poll(max_records=15)) == 15  # the five batches before it
+        for _attempt in range(2):
+            with pytest.raises(CorruptLogError) as caught:
+                sub.poll()
+            assert caught.value.position == pos
+        assert sub.position == 15
