@@ -409,6 +409,7 @@ class SegmentReader:
         *,
         last_segment: bool,
         head: Callable[[], Head | None] | None = None,
+        mapped: bool = True,
     ) -> None:
         self.path = segment_path(directory, base)
         self.directory = directory
@@ -417,6 +418,9 @@ class SegmentReader:
         # how the writers' head is read (a subscriber passes the pread of the ``.lock`` it
         # keeps open); by default ``.lock`` is opened for each read
         self._read_head = head
+        # a closed segment is mapped (no copy; for a scan that goes once through it); a
+        # subscriber, which goes a poll at a time, reads it in chunks like the newest one
+        self.mapped = mapped
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -503,7 +507,7 @@ class SegmentReader:
         position comes as one item whose header is the :class:`SmallRun`."""
         pos = max(position, HEADER_SIZE)
         size = self.readable_size()
-        if not self.last_segment and size > pos:
+        if self.mapped and not self.last_segment and size > pos:
             yield from self._mapped_headers(pos, size, runs)
             return
         while pos < size:

@@ -946,7 +946,11 @@ class Subscriber:
             base = bases[i]
             try:
                 reader = SegmentReader(
-                    self.directory, base, last_segment=base == bases[-1], head=self._head
+                    self.directory,
+                    base,
+                    last_segment=base == bases[-1],
+                    head=self._head,
+                    mapped=False,
                 )
             except MissingSegmentError:
                 self._check_log_start()  # retention removed it meanwhile
