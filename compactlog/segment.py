@@ -111,8 +111,7 @@ class BatchWalk:
     at the first invalid one; then ``pos`` is where it stopped and ``reason`` why ("" when it
     reached ``end``). Every loop over a segment's batches is one of these (:func:`walk`,
     :func:`scan_segment`, :class:`SegmentReader` and through it the subscribers, repair,
-    verify). With
-    ``runs``, a run of small batches comes as one item whose header is the
+    verify). With ``runs``, a run of small batches comes as one item whose header is the
     :class:`SmallRun`; without ``crc``, headers are checked but bodies are not."""
 
     __slots__ = ("buf", "crc", "end", "pos", "reason", "runs")
