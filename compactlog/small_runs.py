@@ -125,16 +125,11 @@ def scan_small_run(
             bad, simple, bases = alike
             return _cut(SmallRun(positions, headers, pos, length, simple, bases), bad)
     else:
-        # lengths that vary: every header gathered as one 48-byte item, every body cut out
-        # as a bytes object by one struct unpack (no slice object per batch), each body's
-        # CRC one crc32c call, continued over its header for all batches at once
+        # lengths that vary: every header gathered as one 48-byte item, the CRCs computed
+        # a length at a time (_varied_crcs)
         block = items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
         headers = block.view(BATCH_HEADER_DTYPE).ravel()
-        body_lengths = np.diff(positions, append=pos) - header_size
-        layout = struct_layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
-        bodies = layout.unpack_from(buf, int(positions[0]))
-        body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
-        crcs = continue_crc(body_crcs, block[:, CRC_START:])
+        crcs = _varied_crcs(buf, raw, positions, pos, block)
     count = headers["count"].astype(np.int64)
     bad = (
         (crcs != headers["crc"])
@@ -150,6 +145,40 @@ def scan_small_run(
     # not small, so that a run of a single append and a large batch is no run)
     bad |= np.cumsum(count) > max(max_records, count[0] + min(count[1], SMALL_BATCH_RECORDS))
     return _cut(SmallRun(positions, headers, pos, length), bad)
+
+
+_GROUP_ROWS = 64  # batches of one length that _varied_crcs takes as rows
+
+
+def _varied_crcs(
+    buf: Any, raw: np.ndarray, positions: np.ndarray, end: int, block: np.ndarray
+) -> np.ndarray:
+    """The CRC of every batch of a run whose lengths vary, as :func:`rows_crcs` does for
+    rows of one length: the batches of each length that many share (the single appends of
+    a log that mixes in batches, the batches themselves when they are alike) are gathered
+    as rows of that length and go through :func:`rows_crcs`; the others have each body
+    cut out as a bytes object by one struct unpack (no slice object per batch), its CRC
+    one crc32c call, continued over its header for all of them at once."""
+    header_size = BATCH_HEADER.size
+    lengths = np.diff(positions, append=end)
+    crcs = np.empty(len(positions), dtype=np.uint32)
+    alone = np.ones(len(positions), dtype=bool)
+    found, counts = np.unique(lengths, return_counts=True)
+    for length in found[counts >= _GROUP_ROWS].tolist():
+        rows = np.flatnonzero(lengths == length)
+        gathered = items_at(raw, positions[rows], length).view(np.uint8)
+        crcs[rows] = rows_crcs(gathered.reshape(len(rows), length))
+        alone[rows] = False
+    rest = np.flatnonzero(alone)
+    if len(rest):
+        starts = positions[rest] + header_size
+        sizes = lengths[rest] - header_size
+        skips = starts - np.append(starts[0], (starts + sizes)[:-1])
+        layout = struct_layout((skips, b"x"), (sizes, b"s"), count=len(rest))
+        bodies = layout.unpack_from(buf, int(starts[0]))
+        body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
+        crcs[rest] = continue_crc(body_crcs, block[rest, CRC_START:])
+    return crcs
 
 
 def _check_alike(
