@@ -374,8 +374,8 @@ def _chase(
     it falls back to :func:`_step`); returns where they end.
 
     Why: following the lengths one batch at a time costs about 130 ns a batch in Python.
-    Here the walk starts anew every :data:`_CHASE_SPACING` bytes, at the first place
-    after it that looks like the start of a batch (the batch at ``pos``'s count and
+    Here the walk starts anew :data:`_CHASE_SPACING` bytes after each start, at the
+    first place after that which looks like the start of a batch (the batch at ``pos``'s count and
     last-delta bytes, found by ``find``, with a length that matches its body length),
     and all those chains are followed together, one numpy step for one batch of each.
     Nothing found this way is trusted: chain ``j`` (from the true ``pos`` for the
@@ -401,11 +401,15 @@ def _chase(
     pattern = buf[pos + COUNT_AT : pos + LAST_DELTA_AT + 4]  # count and last delta
     find = buf.find
     starts = [pos]
-    for at in range(pos + _CHASE_SPACING, stop - header_size, _CHASE_SPACING):
+    at = pos + _CHASE_SPACING
+    while at < stop - header_size:
         hit = find(pattern, at + COUNT_AT, stop)
         if hit < 0:
             break
         starts.append(hit - COUNT_AT)
+        # the next search from a spacing past this hit, not from a spacing past ``at``: a
+        # large batch in the run (no pattern in its body) is searched through once
+        at = max(at, hit - COUNT_AT) + _CHASE_SPACING
     points = np.unique(np.array(starts, dtype=np.int64))
     # (a start whose length is not its body length + header is no simple batch: dropped)
     later = points[1:]
@@ -420,9 +424,9 @@ def _chase(
     steps = int((targets - points).max()) // header_size + 1
     at_ = points
     walked: list[np.ndarray] = []  # where each chain is before each step
-    for _ in range(steps):
+    for step in range(steps):
         moving = at_ < targets
-        if not bool(moving.any()):
+        if not step % 4 and not bool(moving.any()):  # (a step more costs less than asking)
             break
         walked.append(at_)
         # (a chain that is done stays where it is, and may be past the buffer: clipped)
