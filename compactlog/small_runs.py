@@ -161,9 +161,9 @@ def _varied_crcs(
     buf: Any, raw: np.ndarray, positions: np.ndarray, end: int, block: np.ndarray
 ) -> np.ndarray:
     """The CRC of every batch of a run whose lengths vary, as :func:`rows_crcs` does for
-    rows of one length: the batches of each length that many share (the single appends of
-    a log that mixes in batches, the batches themselves when they are alike) are gathered
-    as rows of that length and go through :func:`rows_crcs`; the others have each body
+    rows of one length: the batches of a length that at least an eighth of them share (the
+    single appends of a log that mixes in batches) are gathered as rows of that length and
+    go through :func:`rows_crcs`; the others (records of varied sizes) have each body
     cut out as a bytes object by one struct unpack (no slice object per batch), its CRC
     one crc32c call, continued over its header for all of them at once."""
     header_size = BATCH_HEADER.size
@@ -171,7 +171,8 @@ def _varied_crcs(
     crcs = np.empty(len(positions), dtype=np.uint32)
     alone = np.ones(len(positions), dtype=bool)
     found, counts = np.unique(lengths, return_counts=True)
-    for length in found[counts >= _GROUP_ROWS].tolist():
+    # (a length only a few batches share is not worth a pass of its own)
+    for length in found[counts >= max(_GROUP_ROWS, len(positions) // 8)].tolist():
         rows = np.flatnonzero(lengths == length)
         gathered = items_at(raw, positions[rows], length).view(np.uint8)
         crcs[rows] = rows_crcs(gathered.reshape(len(rows), length))
