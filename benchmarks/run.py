@@ -5,6 +5,7 @@
 
 The engine workloads (``bench_engine``) always run. ``bench_compaction.run(records=...)``,
 ``bench_subscriber.run()``, ``bench_cleaner.run()``, ``bench_readback.run(records=...)``,
+``bench_mixed_reads.run(records=records // 5)`` (issue 24: mixed appends, side by side),
 ``bench_jlog.run(records=...)`` (record at a time against JLog's C library, built on first
 use), ``bench_spark.run(records=10 * records)`` (issue 10's 10M records in a full run) and
 ``bench_spark_stream.run(records=10 * records)`` (issue 11: streaming and the writer) and
@@ -34,6 +35,8 @@ OPTIONAL = (
     ("bench_subscriber", lambda sizes: {}),
     ("bench_cleaner", lambda sizes: {}),
     ("bench_readback", lambda sizes: {"records": sizes.records}),
+    # issue 24: single appends mixed with batches, side by side with single appends alone
+    ("bench_mixed_reads", lambda sizes: {"records": sizes.records // 5}),
     ("bench_table", lambda sizes: {"records": sizes.records}),  # issue 19: tables
     ("bench_jlog", lambda sizes: {"records": sizes.records}),
     ("bench_spark", lambda sizes: {"records": sizes.records * 10}),  # issue 10: 10M records

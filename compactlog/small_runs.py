@@ -13,6 +13,13 @@ paths still: their header fields are checked as a few words per batch
 (:func:`_check_alike`), their CRC messages gathered into a per-thread scratch buffer
 (``row_crcs._messages_crcs``), and their blobs copied as one column range of the rows
 each (:func:`_decode_alike`).
+
+A run starts at a small batch and goes on through the batches after it whatever their
+size: a writer that mixes batches among its single appends (an ``append_batch`` every
+few appends) would otherwise cut its log into short runs, each paying a run's fixed
+costs, and such a log read 13-45 times slower than the same records appended one way
+(issue 24). Runs of every kind are decoded at once (:func:`_decode_any`), and the CRCs
+of a run whose lengths vary are computed a length at a time (:func:`_varied_crcs`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .batch_decode import RecordBatch, concat_batches, decode_batch
+from .batch_decode import RecordBatch
 from .byte_items import cells, items_at, struct_layout
 from .format import (
     BATCH_HEADER,
@@ -45,6 +52,7 @@ from .format import (
     BatchHeader,
     crc32c,
     header_fields,
+    zstd_decompress,
 )
 from .row_crcs import continue_crc, rows_crcs
 
@@ -55,7 +63,8 @@ _SIMPLE_FLAGS = FLAG_SINGLE_TIMESTAMP | FLAG_CONTIGUOUS
 
 @dataclass(slots=True)
 class SmallRun:
-    """Consecutive whole, valid small batches found by :func:`scan_small_run`."""
+    """Consecutive whole, valid batches found by :func:`scan_small_run`: a small one,
+    then batches of any size."""
 
     positions: np.ndarray  # int64 byte positions in the buffer scanned
     headers: np.ndarray  # their headers (structured, ``BATCH_HEADER_DTYPE``)
@@ -86,8 +95,8 @@ def scan_small_run(
     max_records: int = 1 << 62,
     max_bytes: int = 1 << 62,
 ) -> SmallRun | None:
-    """The run of consecutive small batches starting at ``pos``, or ``None`` when fewer
-    than two are there.
+    """The run of consecutive batches starting at ``pos`` with a small one (the batches
+    after it of any size, see :func:`_walk`), or ``None`` when fewer than two are there.
 
     Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
     whole run at once where they can be: the run's batches are found by their lengths
@@ -96,11 +105,10 @@ def scan_small_run(
     48-byte headers for all batches together (:func:`continue_crc`); every batch's CRC is
     compared with its own stored CRC, and the header fields are checked as columns (as
     two words per batch where every batch has the first one's fields, :func:`_check_alike`).
-    The run stops before the first batch that is not small, not whole below ``end``, not
-    valid (left to :func:`check_batch`, which says why), whose offsets
-    do not follow the previous one's, or that would take it past ``max_bytes`` bytes or
-    ``max_records`` records. The run's ``headers`` are a view of ``buf`` where its batches
-    have one length.
+    The run stops before the first batch that is not whole below ``end``, not valid (left
+    to :func:`check_batch`, which says why), whose offsets do not follow the previous
+    one's, or that would take it past ``max_bytes`` bytes or ``max_records`` records. The
+    run's ``headers`` are a view of ``buf`` where its batches have one length.
     """
     header_size = BATCH_HEADER.size
     stop = min(end, pos + max_bytes)
@@ -124,16 +132,11 @@ def scan_small_run(
             bad, simple, bases = alike
             return _cut(SmallRun(positions, headers, pos, length, simple, bases), bad)
     else:
-        # lengths that vary: every header gathered as one 48-byte item, every body cut out
-        # as a bytes object by one struct unpack (no slice object per batch), each body's
-        # CRC one crc32c call, continued over its header for all batches at once
+        # lengths that vary: every header gathered as one 48-byte item, the CRCs computed
+        # a length at a time (_varied_crcs)
         block = items_at(raw, positions, header_size).view(np.uint8).reshape(n, header_size)
         headers = block.view(BATCH_HEADER_DTYPE).ravel()
-        body_lengths = np.diff(positions, append=pos) - header_size
-        layout = struct_layout((b"%d" % header_size, b"x"), (body_lengths, b"s"), count=n)
-        bodies = layout.unpack_from(buf, int(positions[0]))
-        body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
-        crcs = continue_crc(body_crcs, block[:, CRC_START:])
+        crcs = _varied_crcs(buf, raw, positions, pos, block)
     count = headers["count"].astype(np.int64)
     bad = (
         (crcs != headers["crc"])
@@ -145,8 +148,45 @@ def scan_small_run(
     bad[1:] |= (
         headers["base_offset"][1:] <= headers["base_offset"][:-1] + headers["last_delta"][:-1]
     )
-    bad |= np.cumsum(count) > max(max_records, count[0] + count[1])
+    # (a run takes at least two batches; the second counts against max_records when it is
+    # not small, so that a run of a single append and a large batch is no run)
+    bad |= np.cumsum(count) > max(max_records, count[0] + min(count[1], SMALL_BATCH_RECORDS))
     return _cut(SmallRun(positions, headers, pos, length), bad)
+
+
+_GROUP_ROWS = 64  # batches of one length that _varied_crcs takes as rows
+
+
+def _varied_crcs(
+    buf: Any, raw: np.ndarray, positions: np.ndarray, end: int, block: np.ndarray
+) -> np.ndarray:
+    """The CRC of every batch of a run whose lengths vary, as :func:`rows_crcs` does for
+    rows of one length: the batches of a length that at least an eighth of them share (the
+    single appends of a log that mixes in batches) are gathered as rows of that length and
+    go through :func:`rows_crcs`; the others (records of varied sizes) have each body
+    cut out as a bytes object by one struct unpack (no slice object per batch), its CRC
+    one crc32c call, continued over its header for all of them at once."""
+    header_size = BATCH_HEADER.size
+    lengths = np.diff(positions, append=end)
+    crcs = np.empty(len(positions), dtype=np.uint32)
+    alone = np.ones(len(positions), dtype=bool)
+    found, counts = np.unique(lengths, return_counts=True)
+    # (a length only a few batches share is not worth a pass of its own)
+    for length in found[counts >= max(_GROUP_ROWS, len(positions) // 8)].tolist():
+        rows = np.flatnonzero(lengths == length)
+        gathered = items_at(raw, positions[rows], length).view(np.uint8)
+        crcs[rows] = rows_crcs(gathered.reshape(len(rows), length))
+        alone[rows] = False
+    rest = np.flatnonzero(alone)
+    if len(rest):
+        starts = positions[rest] + header_size
+        sizes = lengths[rest] - header_size
+        skips = starts - np.append(starts[0], (starts + sizes)[:-1])
+        layout = struct_layout((skips, b"x"), (sizes, b"s"), count=len(rest))
+        bodies = layout.unpack_from(buf, int(starts[0]))
+        body_crcs = np.frombuffer(array("I", map(crc32c, bodies)), dtype=np.uint32)
+        crcs[rest] = continue_crc(body_crcs, block[rest, CRC_START:])
+    return crcs
 
 
 def _check_alike(
@@ -192,8 +232,10 @@ def _cut(run: SmallRun, bad: np.ndarray) -> SmallRun | None:
     return run
 
 
-_LENGTH_COUNT = header_fields("length", "count")
+_LENGTH = header_fields("length")
+_COUNT = header_fields("count")
 _LEAP_AFTER = 8  # equal lengths in a row before _walk tries a leap
+_LEAP_ROWS = 256  # batches the first leap looks at; each leap that takes them all doubles it
 
 
 def _walk(
@@ -204,35 +246,43 @@ def _walk(
     they all have one (each length field was read, or leapt over as equal to it), else 0.
     The positions are an int64 array (an empty list when there is no batch).
 
+    The first batch must be small (a run starts at a single append); the batches after
+    it may hold any number of records, so that the batches a writer mixes in among its
+    single appends do not cut the run (each cut costs a run's fixed costs again, and a
+    batch every 16 single appends made reads 30 times slower).
+
     Batches are found one length field at a time; after :data:`_LEAP_AFTER` equal
-    lengths in a row (single appends of records of one size), the length and count
-    fields of the batches that would follow at that spacing are read as one numpy
-    column and the walk leaps over every one that matches. The positions of a leap are
-    never made one by one: a run of one length is an ``arange``. At the first length
-    that differs from the one before (records of varied sizes), the rest is walked by
-    :func:`_step`, which reads only the length fields, and the count fields of the
-    batches it found are checked here at once.
+    lengths in a row (single appends of records of one size), the length fields of the
+    batches that would follow at that spacing are read as one numpy column and the walk
+    leaps over every one that matches, looking :data:`_LEAP_ROWS` batches ahead and
+    twice as far after each leap that took them all (never the whole rest of the
+    buffer: a run that soon changes length would pay for it at every leap). The
+    positions of a leap are never made one by one: a run of one length is an
+    ``arange``. At the first length that differs from the one before (records of varied
+    sizes, or a batch among single appends), the rest is walked by :func:`_chase`.
     """
     first = pos
     found: list[int] = []  # positions stepped on since the last leap
     append = found.append
     parts: list[np.ndarray] = []  # the positions before those, in order
     taken = 0  # how many positions ``parts`` holds
-    unpack = _LENGTH_COUNT.unpack_from
+    unpack = _LENGTH.unpack_from
     last = stop - BATCH_HEADER.size
     header_size = BATCH_HEADER.size
-    small = SMALL_BATCH_RECORDS
+    if pos > last or _COUNT.unpack_from(buf, pos + COUNT_AT)[0] > SMALL_BATCH_RECORDS:
+        return found, pos, 0
     previous = -1
     uniform = True
     same = 0
     leap_after = _LEAP_AFTER
+    window = _LEAP_ROWS
     raw: np.ndarray | None = None
     for _ in range(max_batches):  # one batch found per turn (and a leap adds many)
         if pos > last:
             break
-        length, count = unpack(buf, pos)
+        (length,) = unpack(buf, pos)
         following = pos + length
-        if count > small or not pos + header_size <= following <= stop:
+        if not pos + header_size <= following <= stop:
             break
         append(pos)
         pos = following
@@ -253,16 +303,18 @@ def _walk(
             same = 0
             if raw is None:
                 raw = np.frombuffer(buf, dtype=np.uint8, count=stop)
-            rows = min((stop - pos) // length, max_batches - taken - len(found))
+            room = min((stop - pos) // length, max_batches - taken - len(found))
+            rows = min(room, window)
             if rows <= 0:
                 continue  # no room for another batch of this length: walk on
-            # the length and count fields of each would-be batch, as strided views
-            lengths = np.ndarray((rows,), "<u4", raw, pos, (length,))
-            counts = np.ndarray((rows,), "<u4", raw, pos + COUNT_AT, (length,))
-            matching = (lengths == length) & (counts <= small)
+            # the length field of each would-be batch, as a strided view
+            matching = np.ndarray((rows,), "<u4", raw, pos, (length,)) == length
             leap = rows if bool(matching.all()) else int(np.argmin(matching))
             if leap < leap_after:
                 leap_after *= 2  # lengths only look alike: try less often
+            elif leap == window < room:
+                window *= 2  # all alike so far: leap on at once, twice as far
+                same = leap_after - 1
             if leap:
                 parts.append(np.array(found, dtype=np.int64))
                 parts.append(np.arange(pos, pos + leap * length, length, dtype=np.int64))
@@ -275,25 +327,15 @@ def _walk(
     if uniform and previous > 0:  # (one arange rather than the parts joined)
         positions = np.arange(first, pos, previous, dtype=np.int64)
     elif not uniform:
-        # stepped on with _step: its batches' counts are checked here, all at once
         positions = np.frombuffer(array("q", found), dtype=np.int64)
         if parts:
             positions = np.concatenate([*parts, positions])
-        raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
-        counts = np.ndarray((pos - COUNT_AT - 3,), "<u4", raw, COUNT_AT, (1,))[positions]
-        over = np.flatnonzero(counts > small)
-        if over.size:
-            pos = int(positions[over[0]])
-            positions = positions[: over[0]]
     elif parts:
         positions = np.concatenate([*parts, np.array(found, dtype=np.int64)])
     if len(positions) > max_batches:  # (steps after a leap)
         pos = int(positions[max_batches])
         positions = positions[:max_batches]
     return positions, pos, previous if uniform and previous > 0 else 0
-
-
-_LENGTH = header_fields("length")
 
 
 def _step(buf: Any, pos: int, stop: int, turns: int, found: list[int]) -> int:
@@ -333,8 +375,8 @@ def _chase(
     it falls back to :func:`_step`); returns where they end.
 
     Why: following the lengths one batch at a time costs about 130 ns a batch in Python.
-    Here the walk starts anew every :data:`_CHASE_SPACING` bytes, at the first place
-    after it that looks like the start of a batch (the batch at ``pos``'s count and
+    Here the walk starts anew :data:`_CHASE_SPACING` bytes after each start, at the
+    first place after that which looks like the start of a batch (the batch at ``pos``'s count and
     last-delta bytes, found by ``find``, with a length that matches its body length),
     and all those chains are followed together, one numpy step for one batch of each.
     Nothing found this way is trusted: chain ``j`` (from the true ``pos`` for the
@@ -360,11 +402,15 @@ def _chase(
     pattern = buf[pos + COUNT_AT : pos + LAST_DELTA_AT + 4]  # count and last delta
     find = buf.find
     starts = [pos]
-    for at in range(pos + _CHASE_SPACING, stop - header_size, _CHASE_SPACING):
+    at = pos + _CHASE_SPACING
+    while at < stop - header_size:
         hit = find(pattern, at + COUNT_AT, stop)
         if hit < 0:
             break
         starts.append(hit - COUNT_AT)
+        # the next search from a spacing past this hit, not from a spacing past ``at``: a
+        # large batch in the run (no pattern in its body) is searched through once
+        at = max(at, hit - COUNT_AT) + _CHASE_SPACING
     points = np.unique(np.array(starts, dtype=np.int64))
     # (a start whose length is not its body length + header is no simple batch: dropped)
     later = points[1:]
@@ -379,9 +425,9 @@ def _chase(
     steps = int((targets - points).max()) // header_size + 1
     at_ = points
     walked: list[np.ndarray] = []  # where each chain is before each step
-    for _ in range(steps):
+    for step in range(steps):
         moving = at_ < targets
-        if not bool(moving.any()):
+        if not step % 4 and not bool(moving.any()):  # (a step more costs less than asking)
             break
         walked.append(at_)
         # (a chain that is done stays where it is, and may be past the buffer: clipped)
@@ -431,23 +477,151 @@ def decode_small_run(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatc
     )
     if bool(simple.all()):
         return _decode_simple(buf, run.positions, headers, run.end)
-    pieces: list[RecordBatch] = []
-    positions = run.positions.tolist()
-    ends = [*positions[1:], run.end]
-    flags = simple.tolist()
-    i = 0
-    while i < len(positions):
-        j = i
-        while j < len(positions) and flags[j]:
-            j += 1
-        if j > i:
-            pieces.append(_decode_simple(buf, run.positions[i:j], headers[i:j], ends[j - 1]))
-        if j < len(positions):
-            header = BatchHeader._make(headers[j].item())
-            pieces.append(decode_batch(buf, positions[j], header))
-            pieces[-1].position = positions[j]
-        i = j + 1
-    return concat_batches(pieces)
+    return _decode_any(buf, run)
+
+
+def _decode_any(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch:
+    """:func:`decode_small_run` for any run (batches of many records, compressed bodies,
+    offset deltas, timestamp columns, headers), every batch's columns read at once.
+
+    Why: a writer that mixes batches among its single appends makes runs of every kind,
+    and decoding them batch by batch (``decode_batch``, a dozen numpy calls each) made such
+    logs read 30 times slower than the same records appended one way. Here the bodies
+    (decompressed where they are compressed, then joined) are read as columns: each
+    record's batch and place in it come from ``np.repeat``, and each length, delta and
+    timestamp is one gather at the position the batch grammar (``format.py``) gives it;
+    the blobs of every batch are cut out by one struct unpack."""
+    headers = run.headers
+    n = len(run)
+    header_size = BATCH_HEADER.size
+    positions = run.positions
+    first = int(positions[0])
+    counts = headers["count"].astype(np.int64)
+    body_lengths = headers["body_length"].astype(np.int64)
+    stored = np.diff(positions, append=run.end) - header_size  # bytes of each stored body
+    compressed = headers["codec"] != CODEC_NONE
+    data: Any = buf
+    starts = positions + header_size
+    if bool(compressed.any()):
+        bodies = struct_layout((b"%d" % header_size, b"x"), (stored, b"s"), count=n)
+        sizes = body_lengths.tolist()
+        plain = [
+            zstd_decompress(body, size) if packed else body
+            for body, size, packed in zip(
+                bodies.unpack_from(buf, first), sizes, compressed.tolist(), strict=True
+            )
+        ]
+        if sizes != list(map(len, plain)):
+            raise ValueError("a body's length differs from its header's")
+        data = b"".join(plain)
+        starts = np.cumsum(body_lengths) - body_lengths
+    elif not bool((stored == body_lengths).all()):
+        raise ValueError("a body's length differs from its header's")
+    flags = headers["flags"]
+    stamped = (flags & FLAG_SINGLE_TIMESTAMP) == 0  # a timestamp column
+    spaced = (flags & FLAG_CONTIGUOUS) == 0  # an offset delta column
+    with_headers = (flags & FLAG_HEADERS) != 0  # a header length column
+    # where each column starts in its body (format.py's body grammar)
+    at_deltas = 8 * counts * stamped
+    at_keys = at_deltas + 4 * counts * spaced
+    at_values = at_keys + 4 * counts
+    at_headers = at_values + 4 * counts
+    at_blobs = at_headers + 4 * counts * with_headers
+    if not bool((at_blobs <= body_lengths).all()):
+        raise ValueError("column lengths do not add up to the batch body")
+    total = int(counts.sum())
+    ends = np.cumsum(counts)
+    batch = np.repeat(np.arange(n), counts)  # each record's batch
+    within = np.arange(total, dtype=np.int64) - (ends - counts)[batch]  # its place in it
+    column = starts[batch] + 4 * within  # its item in a column of 4-byte items
+    raw = np.frombuffer(data, dtype=np.uint8)
+    words = np.ndarray((len(raw) - 3,), "<i4", raw, 0, (1,))  # an i4 at every byte
+    key_lengths = words[column + at_keys[batch]]
+    value_lengths = words[column + at_values[batch]]
+    bases = headers["base_offset"].astype(np.int64)
+    offsets = bases[batch] + within
+    if bool(spaced.any()):
+        has = spaced[batch]
+        deltas = words[(column + at_deltas[batch])[has]].view(np.uint32)
+        offsets[has] = bases[batch[has]] + deltas
+    timestamps = headers["first_ts"].astype(np.int64)[batch]
+    if bool(stamped.any()):
+        has = stamped[batch]
+        quads = np.ndarray((len(raw) - 7,), "<i8", raw, 0, (1,))  # an i8 at every byte
+        timestamps[has] = quads[(starts[batch] + 8 * within)[has]]
+    header_lengths = None
+    if bool(with_headers.any()):
+        has = with_headers[batch]
+        header_lengths = np.zeros(total, dtype=np.int32)
+        header_lengths[has] = words[(column + at_headers[batch])[has]]
+        if int(header_lengths.min(initial=0)) < 0:
+            raise ValueError("a negative header length")
+    # each batch's blobs follow its columns: its keys, values and headers, back to back
+    blob_columns = [key_lengths, value_lengths]
+    if header_lengths is not None:
+        blob_columns.append(header_lengths)
+    widths = [_one_width(lengths) for lengths in blob_columns]
+    totals = [
+        counts * width if width is not None else _sums(lengths, ends)
+        for lengths, width in zip(blob_columns, widths, strict=True)
+    ]
+    if not bool((sum(totals) + at_blobs == body_lengths).all()):
+        raise ValueError("column lengths do not add up to the batch body")
+    region = starts + at_blobs  # where each batch's blob of the column at hand starts
+    blobs = []
+    for width, per_batch in zip(widths, totals, strict=True):
+        if width is not None:
+            # items of one width (keys or values of one size): one gather
+            at = region[batch] + width * within
+            blobs.append(items_at(raw, at, width).tobytes() if width and total else b"")
+        else:
+            # one piece per batch, cut out by one struct unpack
+            skips = region - np.append(region[0], (region + per_batch)[:-1])
+            layout = struct_layout((skips, b"x"), (per_batch, b"s"), count=n)
+            blobs.append(b"".join(layout.unpack_from(data, int(region[0]))))
+        region = region + per_batch
+    header = BatchHeader(
+        run.end - first,
+        0,
+        BATCH_MAGIC,
+        CODEC_NONE,
+        0,
+        int(bases[0]),
+        total,
+        int(bases[-1]) + int(headers["last_delta"][-1]) - int(bases[0]),
+        int(headers["first_ts"][0]),
+        int(headers["max_ts"].max()),
+        0,
+    )
+    return RecordBatch(
+        header,
+        first,
+        offsets,
+        timestamps,
+        key_lengths,
+        value_lengths,
+        blobs[0],
+        blobs[1],
+        header_lengths,
+        blobs[2] if header_lengths is not None else None,
+        n,
+    )
+
+
+def _one_width(lengths: np.ndarray) -> int | None:
+    """The one length of every item (none absent), or ``None`` when they differ."""
+    if not len(lengths):
+        return 0
+    width = int(lengths[0])
+    return width if width >= 0 and bool((lengths == width).all()) else None
+
+
+def _sums(values: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The sums of ``max(values, 0)`` over each batch's records (``ends``: cumulative counts)."""
+    totals = np.cumsum(np.maximum(values, 0), dtype=np.int64)
+    at = totals[np.maximum(ends - 1, 0)] if len(totals) else np.zeros(len(ends), np.int64)
+    at = np.where(ends > 0, at, 0)
+    return np.diff(at, prepend=0)
 
 
 def _decode_alike(buf: bytes | memoryview | Any, run: SmallRun) -> RecordBatch | None:

@@ -59,8 +59,8 @@ def reference_run(buf: bytes, pos: int, end: int, max_records: int, max_bytes: i
     previous = None
     while len(found) < max(max_records, 2):
         header, _reason = check_batch(buf, pos, stop)
-        if header is None or header.count > SMALL_BATCH_RECORDS:
-            break
+        if header is None or (not found and header.count > SMALL_BATCH_RECORDS):
+            break  # (a run starts at a small batch; the batches after it may be of any size)
         if previous is not None and header.base_offset <= previous.last_offset:
             break
         found.append(pos)
@@ -68,7 +68,7 @@ def reference_run(buf: bytes, pos: int, end: int, max_records: int, max_bytes: i
         previous = header
         pos += header.length
     if len(found) >= 2:
-        limit = max(max_records, counts[0] + counts[1])
+        limit = max(max_records, counts[0] + min(counts[1], SMALL_BATCH_RECORDS))
         total = np.cumsum(counts)
         keep = int(np.searchsorted(total, limit, side="right"))
         if keep < len(found):

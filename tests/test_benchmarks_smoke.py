@@ -66,3 +66,19 @@ def test_table_benchmark_checks_what_each_system_built(tmp_path: Path) -> None:
     assert set(result["summary"]) >= {"Table restore", "latest_batches()", "follow latency"}
     disk = bench_table.run_disk(3000, root=str(tmp_path), say=lambda line: None)
     assert disk["get_per_s"] > 0 and disk["restart_10k_s"] > 0
+
+
+def test_mixed_reads_benchmark_compares_every_pattern_side_by_side(tmp_path: Path) -> None:
+    from benchmarks import bench_mixed_reads
+
+    patterns = bench_mixed_reads.PATTERNS[:2] + bench_mixed_reads.PATTERNS[-1:]
+    result = bench_mixed_reads.run(
+        records=2000, repeat=1, root=str(tmp_path), patterns=patterns, say=lambda line: None
+    )
+    assert [row["pattern"] for row in result["patterns"]] == [p.name for p in patterns]
+    for row in result["patterns"]:  # every scan of both logs ran and read every record
+        for scan in ("read_batches", "read", "latest", "Table restore"):
+            assert row[f"{scan} single"] > 0 and row[f"{scan} mixed"] > 0
+    assert set(result["compaction_seconds"]) == {"single", "mixed"}
+    assert "| Pattern |" in result["markdown"]
+    assert list(tmp_path.iterdir()) == []

@@ -152,8 +152,10 @@ def test_runs_decode_exactly_what_the_columnar_path_decodes(batches, max_records
         assert len(batch) == sum(len(b) for b in covered)
         assert_run_matches(batch, covered)
         if batch.stored_batches > 1:
-            assert all(len(b) <= SMALL_BATCH_RECORDS for b in covered)
-            assert len(batch) <= max(max_records, len(covered[0]) + len(covered[1]))
+            # a run starts at a small batch; the batches after it may be of any size
+            assert len(covered[0]) <= SMALL_BATCH_RECORDS
+            second = min(len(covered[1]), SMALL_BATCH_RECORDS)
+            assert len(batch) <= max(max_records, len(covered[0]) + second)
             assert batch.size_bytes <= max(max_bytes, 0) or batch.stored_batches < 2
     assert i == len(reference)
 
@@ -317,13 +319,18 @@ def test_an_undecodable_batch_inside_a_run_is_reported_at_its_position(tmp_path,
     assert "undecodable batch" in str(caught.value)
 
 
-def test_no_run_of_fewer_than_two_small_batches():
+def test_a_run_starts_at_a_small_batch_and_goes_on_through_large_ones():
     big = [(b"k%d" % i, b"v", None, 0, 5) for i in range(SMALL_BATCH_RECORDS + 1)]
     buf, where = build_segment(
         [(big, True, CODEC_NONE, 0), ([big[0]], True, CODEC_NONE, 0), (big, True, CODEC_NONE, 0)]
     )
-    for pos, _base in where:
-        assert scan_small_run(buf, pos, len(buf)) is None
+    assert scan_small_run(buf, where[0][0], len(buf)) is None  # no run starts at a large batch
+    run = scan_small_run(buf, where[1][0], len(buf))
+    assert run is not None and run.positions.tolist() == [where[1][0], where[2][0]]
+    assert run.end == len(buf)
+    # ... unless its records would pass max_records: the second batch counts in full
+    assert scan_small_run(buf, where[1][0], len(buf), max_records=SMALL_BATCH_RECORDS) is None
+    assert scan_small_run(buf, where[2][0], len(buf)) is None  # nor of one batch
 
 
 # -- through the log ---------------------------------------------------------------------------

@@ -141,15 +141,19 @@ def test_a_damaged_batch_ends_a_varied_run_at_its_own_position(sizes, data, fiel
     assert_run_ends_before(run, where, index)
 
 
-@pytest.mark.parametrize("count", [SMALL_BATCH_RECORDS, SMALL_BATCH_RECORDS + 1])
-def test_a_varied_run_stops_before_a_batch_of_more_than_small_records(count):
+@pytest.mark.parametrize("count", [SMALL_BATCH_RECORDS, SMALL_BATCH_RECORDS + 1, 1000])
+def test_a_varied_run_goes_on_through_a_batch_of_more_than_small_records(count):
     batches = single_appends([b"v" * (i % 7) for i in range(20)])
     batches[12] = ([(b"k", b"v", None, 0, TS)] * count, True, CODEC_NONE, 0)
     buf, where = build_segment(batches)
     run = scan_small_run(buf, HEADER_SIZE, len(buf))
     assert run is not None
-    expected = 20 if count <= SMALL_BATCH_RECORDS else 12
-    assert run.positions.tolist() == [p for p, _ in where[:expected]]
+    assert run.positions.tolist() == [p for p, _ in where]
+    limited = scan_small_run(buf, HEADER_SIZE, len(buf), max_records=12 + SMALL_BATCH_RECORDS)
+    assert limited is not None
+    # at that limit: through a batch of up to 8 records (20 records), else stops before it
+    expected = 13 if count <= SMALL_BATCH_RECORDS else 12
+    assert limited.positions.tolist() == [p for p, _ in where[:expected]]
     check_same_as_columnar(buf)
 
 
