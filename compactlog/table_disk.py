@@ -363,11 +363,12 @@ class DiskStore:
 
 def corrupt_errors() -> tuple[type[BaseException], ...]:
     """The ``lmdb`` errors that mean a damaged state directory (never a full map or a
-    busy reader)."""
+    busy reader). ``BadDbiError``: a damaged main tree loses the named databases."""
     import lmdb
 
     return (
         lmdb.InvalidError,
+        lmdb.BadDbiError,
         lmdb.CorruptedError,
         lmdb.PageNotFoundError,
         lmdb.VersionMismatchError,
