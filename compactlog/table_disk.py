@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .batch_decode import RecordBatch
-from .errors import ConfigError, LogLockedError, TableStateCorruptError
+from .errors import ConfigError, LogLockedError, TableError, TableStateCorruptError
 from .table_keys import KeyCodec
 from .table_memory import Change
 
@@ -197,10 +197,26 @@ class DiskStore:
         return self._txn
 
     def apply(self, batch: RecordBatch, changes: list[Change] | None = None) -> None:
+        import lmdb
+
         try:
             self._apply(batch, changes)
         except corrupt_errors() as error:
             raise self._corrupt(error) from error
+        except lmdb.BadValsizeError as error:
+            raise self._unfit_key(batch) from error
+
+    def _unfit_key(self, batch: RecordBatch) -> TableError:
+        """LMDB takes keys of 1 to ``max_key_size`` bytes (511): say which key is not."""
+        limit = self.env.max_key_size()
+        for key, offset in zip(batch.keys(), batch.offsets.tolist(), strict=True):
+            if key is not None and not 0 < len(key) <= limit:
+                return TableError(
+                    f"the key at offset {offset} has {len(key)} bytes: a disk table takes "
+                    f"keys of 1 to {limit} bytes (LMDB's limit); use store='memory'",
+                    path=self.state_dir,
+                )
+        return TableError("LMDB refused a key or value of this batch", path=self.state_dir)
 
     def _apply(self, batch: RecordBatch, changes: list[Change] | None) -> None:
         txn = self._write()
