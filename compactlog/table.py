@@ -396,6 +396,8 @@ class Table(Mapping[Any, Any]):
     ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
     (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
     replays only the records appended since the state was last committed.
+    ``foreign_state``: a disk state built from another log is rebuilt (``"rebuild"``) or
+    refused with :class:`~compactlog.errors.ForeignTableStateError` (``"error"``).
     ``progress``: called with a :class:`RestoreProgress` after every restored batch.
     """
 

@@ -11,7 +11,8 @@ names. The price is a second copy of the live values on disk.
 
 Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), ``table.lock`` (one table per
 state directory), a ``data`` database of ``key -> value`` and a ``meta`` database holding
-``offset`` (the state reflects every record below it). The log it was built from holds a
+``offset`` (the state reflects every record below it) and ``log_id`` (the log it was
+built from, :mod:`compactlog.log_identity`). The log it was built from holds a
 durable subscriber checkpoint of the table (``compactlog.table.table_subscriber_name``).
 
 Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
@@ -27,9 +28,9 @@ at least 1 GiB, doubled whenever it fills. Commits do not ``fsync`` (``sync=Fals
 killed process loses nothing committed (the pages are in the OS cache);
 :meth:`DiskStore.sync` (every ``SYNC_INTERVAL_S`` while following, and on close) makes
 them survive a power loss too. On restart the table replays the log from the stored
-offset; it rebuilds, and logs why, when the log's start offset passed that offset
-(retention removed records the state never saw), when the log's end offset is below it, or
-when the log holds no checkpoint of the table's subscriber (the log was recreated).
+offset, or rebuilds and logs why when the state may not be a state of the log (another
+log's, by the ``log_id`` the ``meta`` database records; a recreated log; retention or an
+expired tombstone past it): :mod:`compactlog.table_identity` decides.
 """
 
 from __future__ import annotations
