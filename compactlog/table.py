@@ -183,6 +183,7 @@ class _Part:
         log = self.log
         store = self.store
         overlapped = 0  # restores that retention overlapped
+        wiped = False  # a damaged disk state was removed
         while True:
             end = log.end_offset
             start = log.start_offset
@@ -194,6 +195,9 @@ class _Part:
                 continue  # a cleaning pass moved its point past ``end`` meanwhile: read on
             except TableStateCorruptError as error:
                 assert isinstance(store, DiskStore)
+                if wiped:
+                    raise  # (damaged again at once: not a damaged file, say so)
+                wiped = True
                 store.wipe(error)  # a cache of the log: read it again
                 rebuild = f"the state was damaged ({store.wiped})"
                 continue
