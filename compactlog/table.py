@@ -22,8 +22,11 @@ Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-u
 poll returns. It is transient (``~table``) for the memory store; the disk store's is
 durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
 ``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
-table had not applied yet (it fell below the log start), the table restores that log again
-and logs a warning (:attr:`Table.rebuilds` counts them).
+table had not applied yet (it fell below the log start), or the cleaner removed a
+tombstone it had not applied yet (it fell more than ``delete_retention_ms`` behind:
+:mod:`compactlog.table_identity`), the table restores that log again and logs a warning
+(:attr:`Table.rebuilds` counts them). A disk store resumes from its committed offset only
+when that is still a state of the log (the same decision module).
 
 Consistency: one lock. The follower applies everything one poll returned, and moves the
 offset, holding the table's lock; every read holds it too. So a read sees the state of one
@@ -256,11 +259,11 @@ class _Part:
             with self.table._lock:
                 self.table.rebuilds += 1
         self._replay(store, begin, end)
-        if resumed and tombstone_horizon(log.directory) > begin:
+        horizon = tombstone_horizon(log.directory) if resumed else 0
+        if horizon > begin:
             # the cleaner removed a tombstone past the state while it was read: again
             store.abandon()
-            why = stale_reason(begin, True, start, end, tombstone_horizon(log.directory))
-            self._restore_into(store, why, start, end)
+            self._restore_into(store, stale_reason(begin, True, start, end, horizon), start, end)
 
     def _resume_refused(
         self, store: DiskStore, found: int, log_id: str | None, start: int, end: int
