@@ -268,3 +268,24 @@ def test_damage_under_an_open_state_raises_an_error_naming_it(tmp_path):
     finally:
         store.close()
     shutil.rmtree(state_dir)
+
+
+def test_the_follower_rereads_the_horizon_once_a_second_whatever_stat_says(tmp_path):
+    """Two writes of ``cleaner.checkpoint`` within one timestamp tick may show the same
+    ``stat``: the watch reads it again after ``RECHECK_S`` and compares the horizon with
+    the oldest offset polled since its last read."""
+    from compactlog.state_files import CleanerState, write_cleaner_state
+    from compactlog.table_identity import RECHECK_S, HorizonWatch
+
+    directory = str(tmp_path)
+    fs = FileSystem()
+    write_cleaner_state(fs, directory, CleanerState(100, [], 0))
+    watch = HorizonWatch(directory)
+    assert watch.missed(50, now=0.0) is None
+    watch._seen = None  # (as if the next write's stat looked the same as this one)
+    write_cleaner_state(fs, directory, CleanerState(100, [], 75))
+    stat = os.stat(os.path.join(directory, filenames.CLEANER_CHECKPOINT))
+    watch._seen = (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
+    assert watch.missed(70, now=0.5) is None  # (not read: stat unchanged, too soon)
+    assert watch.missed(80, now=RECHECK_S + 0.1) == 75  # above 70, the oldest since the read
+    assert watch.missed(90, now=RECHECK_S + 0.2) is None
