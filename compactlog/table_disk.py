@@ -86,7 +86,6 @@ class DiskStore:
         self.state_dir = state_dir
         self.value_deserializer = value_deserializer
         self.keys = keys or KeyCodec()
-        self._canonical = self.keys.canonical()
         self.wiped: str | None = None  # why a damaged state was emptied (wipe)
         self._txn: Any = None  # the write transaction of the changes not committed yet
         # one read transaction for every read, begun anew after each commit (reads and
@@ -224,9 +223,6 @@ class DiskStore:
         data = self.data
         keys = batch.keys()
         values = batch.values()
-        canonical = self._canonical
-        if canonical is not None:
-            keys = [None if key is None else canonical(key) for key in keys]
         if changes is None:
             for key, value in zip(keys, values, strict=True):
                 if key is None:

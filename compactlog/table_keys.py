@@ -8,16 +8,19 @@ would:
 - ``bytes``: stored as they are; LMDB's byte order is the key order.
 - ``str``: UTF-8, which orders as the code points do, so LMDB's order is ``str`` order and
   a ``str`` prefix is a byte prefix of its encoding.
-- ``json``: two spellings of one JSON value (``1``, ``1.0``; ``"a"``, ``"\\u0061"``) are one
-  key in a memory table, so the stored bytes are *canonical* (decoded, then encoded by the
-  log's serializer). Byte order is not JSON value order (``10`` < ``9``; escapes), so an
-  ordered read decodes and sorts the keys of its range (the whole table, or the keys that
-  start with a ``str`` prefix's encoding): slower than ``bytes``/``str`` keys, never wrong.
+- ``json``: stored as the log's serializer wrote them. Byte order is not JSON value order
+  (``10`` < ``9``; escapes), so an ordered read decodes and sorts the keys of its range
+  (the whole table, or the keys that start with a ``str`` prefix's encoding): slower than
+  ``bytes``/``str`` keys, never in another order.
+
+A key is its stored bytes, for every format, as it is to the cleaner, ``latest()`` and a
+memory table's restore (all compare bytes): a JSON key written in two spellings by a
+writer that bypasses the serializer (``1`` and `` 1``) is two keys of the log, which decode
+to one; write JSON keys through the log's serializer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .serde import Deserializer, Serializer, serializers_of
@@ -45,15 +48,6 @@ class KeyCodec:
             return self._serialize(key)
         except (TypeError, ValueError):  # (not JSON: no stored key decodes to it)
             return None
-
-    def canonical(self) -> Callable[[bytes], bytes] | None:
-        """What :meth:`DiskStore.apply` does to a stored key before it goes to LMDB
-        (``None``: nothing)."""
-        if self.format != "json":
-            return None
-        serialize, deserialize = self._serialize, self.decode
-        assert serialize is not None and deserialize is not None
-        return lambda raw: serialize(deserialize(raw))
 
     def key(self, stored: bytes) -> Any:
         """The table key of an LMDB key."""
