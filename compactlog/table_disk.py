@@ -86,6 +86,7 @@ class DiskStore:
         self.state_dir = state_dir
         self.value_deserializer = value_deserializer
         self.keys = keys or KeyCodec()
+        self._to_stored = None if self.keys.format == "bytes" else self.keys.stored
         self.wiped: str | None = None  # why a damaged state was emptied (wipe)
         self._txn: Any = None  # the write transaction of the changes not committed yet
         # one read transaction for every read, begun anew after each commit (reads and
@@ -285,11 +286,16 @@ class DiskStore:
         return self._reader
 
     def get(self, key: Any, default: Any = None) -> Any:
-        stored = self.keys.stored(key)
-        if stored is None:
-            return default
+        to_stored = self._to_stored
+        if to_stored is None:  # (bytes keys: the old fast path, no call)
+            if not isinstance(key, bytes):
+                return default
+        else:
+            key = to_stored(key)
+            if key is None:
+                return default
         try:
-            value = self._read().get(stored)
+            value = self._read().get(key)
         except corrupt_errors() as error:
             raise self._corrupt(error) from error
         if value is None:
