@@ -71,11 +71,13 @@ def meta_document(directory: str) -> dict[str, Any]:
         meta = log.meta
         start, end = log.start_offset, log.end_offset
         bases = log.get_segments()
-    cleaner_point = read_cleaner_state(directory).first_dirty_offset
+    cleaner = read_cleaner_state(directory)
+    cleaner_point = cleaner.first_dirty_offset
     figures = dirty_figures(directory, meta.config, meta.log_start_offset)
     head = read_log_head(directory)
     return {
         "path": directory,
+        "log_id": meta.log_id,
         "format_version": meta.format_version,
         "log_start_offset": meta.log_start_offset,
         "start_offset": start,
@@ -84,6 +86,8 @@ def meta_document(directory: str) -> dict[str, Any]:
         "active_segment": filenames.segment_name(bases[-1]) if bases else None,
         "size_bytes": batch_bytes(directory),
         "cleaner_point": cleaner_point,
+        # every tombstone the cleaner removed is below it (None: not known, older cleaner)
+        "tombstone_horizon": cleaner.tombstone_horizon,
         **figures,
         "uncleanable": meta.uncleanable,
         "subscribers": len(list_checkpoints(directory)),
@@ -92,6 +96,13 @@ def meta_document(directory: str) -> dict[str, Any]:
         "writers": [h.to_json() for h in writer_holders(directory)],
         "config": meta.config.to_dict(),
     }
+
+
+def _horizon_text(document: dict[str, Any]) -> str:
+    horizon = document["tombstone_horizon"]
+    if horizon is None:
+        return f"not known (an older cleaner): taken as {document['cleaner_point']}"
+    return str(horizon)
 
 
 @click.command()
@@ -116,12 +127,14 @@ def meta(path: str, as_json: bool) -> None:
     print_fields(
         [
             ("path", document["path"]),
+            ("log id", document["log_id"] or "none (made before log ids)"),
             ("format version", document["format_version"]),
             ("start offset", document["start_offset"]),
             ("end offset", document["end_offset"]),
             ("segments", f"{document['segments']} (active {document['active_segment']})"),
             ("size", human_bytes(document["size_bytes"])),
             ("cleaner point", document["cleaner_point"]),
+            ("tombstone horizon", _horizon_text(document)),
             ("dirty ratio", dirty_text(document)),
             ("uncleanable", document["uncleanable"] or "no"),
             ("subscribers", document["subscribers"]),

@@ -234,6 +234,16 @@ class TableError(CompactLogError):
     """A change callback raised, or the follower stopped; ``__cause__`` is the error."""
 
 
+class TableStateCorruptError(TableError):
+    """A disk table's state directory (LMDB) is damaged: the error names it. The state is a
+    cache of the log: the table rebuilds it when it opens (``table_disk.py``)."""
+
+
+class ForeignTableStateError(TableError):
+    """A disk table's state directory holds the state of another log (its log id differs),
+    and the table was told to refuse rather than rebuild it (``foreign_state="error"``)."""
+
+
 class TableFullError(CompactLogError, MemoryError):
     """The in-memory table would exceed ``max_bytes``."""
 

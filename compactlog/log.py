@@ -48,11 +48,12 @@ from .head import (
     try_lock_exclusive,
     unlock,
 )
+from .log_identity import new_log_id
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
 from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
 from .single import build_plain_append
-from .state_files import Meta, list_checkpoints, read_meta, write_meta
+from .state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
@@ -248,10 +249,12 @@ class Log:
             if not create or self.read_only:
                 raise NotALogError("not a compactlog log (no meta file)", path=self.directory)
             # per-process settings too: they become the defaults of opens that pass none
-            meta = Meta(config=LogConfig.from_mapping(config))
+            meta = Meta(config=LogConfig.from_mapping(config), log_id=new_log_id())
             write_meta(self.fs, self.directory, meta)
             return meta
         meta = read_meta(self.directory)
+        if meta.log_id is None and not self.read_only:  # (a log made before ids: give it one)
+            meta.log_id = add_log_id(self.fs, self.directory, new_log_id())
         if self._update_config:
             return self._store_config_locked(config, self._live_writers, "stop the writer first")
         wanted = meta.config.merged(config)  # unknown names and bad values are still errors

@@ -235,6 +235,11 @@ def serde_for(
     return serde if serde.serializes or serde.deserializes else RAW
 
 
+def serializers_of(name: str) -> tuple[Serializer | None, Deserializer | None]:
+    """``(serializer, deserializer)`` of a built-in format (``None``: bytes, no conversion)."""
+    return _BUILT_IN[check_format("format", name)]
+
+
 def deserializers(
     key_format: str = "bytes", value_format: str = "bytes"
 ) -> tuple[Deserializer | None, Deserializer | None]:
@@ -273,5 +278,6 @@ __all__ = [
     "declared_formats",
     "deserializers",
     "serde_for",
+    "serializers_of",
     "serializing_append",
 ]

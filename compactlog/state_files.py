@@ -18,6 +18,7 @@ from .format import FORMAT_VERSION
 from .fsio import FileSystem
 
 META_MAGIC = "compactlog"
+LOG_ID = "log_id"  # meta's field naming the log (see log_identity.py)
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Meta:
     uncleanable: str | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    # the log's identity (``log_identity.py``); ``None`` in a log made before it existed
+    log_id: str | None = None
 
     def to_json(self) -> bytes:
         document = {
@@ -39,6 +42,8 @@ class Meta:
             "config": self.config.to_dict(),
             **self.extra,
         }
+        if self.log_id is not None:
+            document[LOG_ID] = self.log_id
         return json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
 
 
@@ -67,7 +72,7 @@ def read_meta(directory: str) -> Meta:
             f"format version {version!r} is newer than this compactlog supports ({FORMAT_VERSION})",
             path=path,
         )
-    known = {"magic", "format_version", "log_start_offset", "uncleanable", "config"}
+    known = {"magic", "format_version", "log_start_offset", "uncleanable", "config", LOG_ID}
     stored = document.get("config", {})
     defaults = LogConfig().to_dict()
     config = LogConfig.from_mapping({k: v for k, v in stored.items() if k in defaults})
@@ -77,11 +82,40 @@ def read_meta(directory: str) -> Meta:
         uncleanable=document.get("uncleanable"),
         format_version=version,
         extra={k: v for k, v in document.items() if k not in known},
+        log_id=_log_id(document.get(LOG_ID), path),
     )
+
+
+def _log_id(value: object, path: str) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise CorruptLogError(f"meta's {LOG_ID} is not a non-empty string", path=path, position=0)
 
 
 def write_meta(fs: FileSystem, directory: str, meta: Meta) -> None:
     fs.write_atomic(directory, filenames.META, meta.to_json())
+
+
+def add_log_id(fs: FileSystem, directory: str, log_id: str) -> str:
+    """Give a log made before log ids existed the id ``log_id``; the id it has if it has one.
+    The caller holds the writers' lock (``.lock``), as for every change of ``meta``.
+
+    Only the ``log_id`` field is added: the document is otherwise written back as it was
+    read, key for key, so no stored setting changes (a round trip through :class:`Meta`
+    would store defaults the log never stored). Crash protocol: one
+    ``FileSystem.write_atomic`` (temp, fsync, rename, fsync the directory): a death leaves
+    the old ``meta`` (no id: the next writer adds one) or the new one."""
+    path = os.path.join(directory, filenames.META)
+    read_meta(directory)  # (checks it is a meta this version reads)
+    document = _load_json(path)
+    present = _log_id(document.get(LOG_ID), path)
+    if present is not None:
+        return present
+    document[LOG_ID] = log_id
+    fs.write_atomic(
+        directory, filenames.META, json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
+    )
+    return log_id
 
 
 # -- subscriber checkpoints --------------------------------------------------------------
@@ -124,16 +158,33 @@ class CleanerState:
 
     ``first_dirty_offset``: everything below is clean. ``tombstone_marks`` holds
     ``[offset_end, first_seen_ms]`` pairs: the cleaner first passed every tombstone below
-    ``offset_end`` no later than ``first_seen_ms``.
+    ``offset_end`` no later than ``first_seen_ms``. ``tombstone_horizon``: every tombstone
+    the cleaner ever removed (``delete_retention_ms`` passed) had an offset below it; it is
+    raised before the swap that removes one (``compaction/cleaner.py``, step 4), so a reader
+    that resumes from an offset at or past it has missed no delete. ``None``: not known (a
+    ``cleaner.checkpoint`` written by a compactlog from before the field): see
+    :meth:`horizon`.
     """
 
     first_dirty_offset: int = 0
     tombstone_marks: list[list[int]] = field(default_factory=list)
+    tombstone_horizon: int | None = 0
+
+    def horizon(self) -> int:
+        """``tombstone_horizon``, or when it is not known the cleaner point: a pass removes
+        only tombstones below the cleaner point it starts from, which never goes back."""
+        if self.tombstone_horizon is None:
+            return self.first_dirty_offset
+        return self.tombstone_horizon
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {"first_dirty_offset": self.first_dirty_offset, "tombstone_marks": self.tombstone_marks}
-        ).encode()
+        document: dict[str, Any] = {
+            "first_dirty_offset": self.first_dirty_offset,
+            "tombstone_marks": self.tombstone_marks,
+        }
+        if self.tombstone_horizon is not None:
+            document["tombstone_horizon"] = self.tombstone_horizon
+        return json.dumps(document).encode()
 
 
 def read_cleaner_state(directory: str) -> CleanerState:
@@ -141,9 +192,11 @@ def read_cleaner_state(directory: str) -> CleanerState:
     if not os.path.exists(path):
         return CleanerState()
     document = _load_json(path)
+    horizon = document.get("tombstone_horizon")
     return CleanerState(
         first_dirty_offset=int(document.get("first_dirty_offset", 0)),
         tombstone_marks=[list(map(int, m)) for m in document.get("tombstone_marks", [])],
+        tombstone_horizon=None if horizon is None else int(horizon),
     )
 
 

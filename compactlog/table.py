@@ -22,8 +22,11 @@ Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-u
 poll returns. It is transient (``~table``) for the memory store; the disk store's is
 durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
 ``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
-table had not applied yet (it fell below the log start), the table restores that log again
-and logs a warning (:attr:`Table.rebuilds` counts them).
+table had not applied yet (it fell below the log start), or the cleaner removed a
+tombstone it had not applied yet (it fell more than ``delete_retention_ms`` behind:
+:mod:`compactlog.table_identity`), the table restores that log again and logs a warning
+(:attr:`Table.rebuilds` counts them). A disk store resumes from its committed offset only
+when that is still a state of the log (the same decision module).
 
 Consistency: one lock. The follower applies everything one poll returned, and moves the
 offset, holding the table's lock; every read holds it too. So a read sees the state of one
@@ -49,12 +52,28 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .errors import ConfigError, InexactReadError, LogClosedError, TableError
+from .errors import (
+    ConfigError,
+    ForeignTableStateError,
+    InexactReadError,
+    LogClosedError,
+    TableError,
+    TableStateCorruptError,
+)
+from .log_identity import ensure_log_id
 from .serde import declared_formats, deserializers
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
+from .table_identity import (
+    FOREIGN_STATE_POLICIES,
+    HorizonWatch,
+    foreign_reason,
+    stale_reason,
+    tombstone_horizon,
+)
+from .table_keys import KeyCodec
 from .table_memory import Change, MemoryStore, merged
 
 logger = logging.getLogger("compactlog.table")
@@ -89,21 +108,6 @@ def table_subscriber_name(state_dir: str) -> str:
     """The durable subscriber of a disk table (one per state directory)."""
     digest = hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:16]
     return f"table-{digest}"
-
-
-def _stale(offset: int, marked: bool, start: int, end: int) -> str | None:
-    """Why a disk store's state committed at ``offset`` cannot be resumed from
-    (``marked``: the log holds the table's subscriber checkpoint)."""
-    if not marked:
-        return (
-            "the log holds no checkpoint of this table's subscriber: it was recreated "
-            "(or the subscriber was removed)"
-        )
-    if offset > end:
-        return f"the log ends at {end}, below the state's offset {offset} (recreated)"
-    if start > offset:
-        return f"retention removed offsets {offset}..{start - 1}, which the state never saw"
-    return None
 
 
 def _log_bytes(log: Any) -> int:
@@ -150,6 +154,7 @@ class _Part:
         self.thread: threading.Thread | None = None
         self.thawer: threading.Thread | None = None  # builds a frozen state's dict
         self._thawing = threading.Lock()  # one builder at a time
+        self.horizon = HorizonWatch(directory)  # expired deletes past the follower
 
     @property
     def frozen(self) -> bool:
@@ -181,6 +186,7 @@ class _Part:
         log = self.log
         store = self.store
         overlapped = 0  # restores that retention overlapped
+        wiped = False  # a damaged disk state was removed
         while True:
             end = log.end_offset
             start = log.start_offset
@@ -190,6 +196,14 @@ class _Part:
                 self._restore_into(store, rebuild, start, end)
             except InexactReadError:
                 continue  # a cleaning pass moved its point past ``end`` meanwhile: read on
+            except TableStateCorruptError as error:
+                assert isinstance(store, DiskStore)
+                if wiped:
+                    raise  # (damaged again at once: not a damaged file, say so)
+                wiped = True
+                store.wipe(error)  # a cache of the log: read it again
+                rebuild = f"the state was damaged ({store.wiped})"
+                continue
             except BaseException as error:
                 if not isinstance(store, DiskStore) or not isinstance(error, map_full_error()):
                     raise
@@ -225,19 +239,47 @@ class _Part:
     ) -> None:
         log = self.log
         begin = start
+        resumed = False
         if isinstance(store, DiskStore):
             found = store.checkpoint()
+            if rebuild is None and store.wiped is not None:
+                rebuild = f"the state was damaged ({store.wiped})"
+            store.wiped = None
+            log_id = ensure_log_id(log.directory)
             if rebuild is None and found is not None:
-                rebuild = _stale(found, self._name in log.subscribers(), start, end)
-            if rebuild is None and found is not None:
+                rebuild = self._resume_refused(store, found, log_id, start, end)
+            resumed = rebuild is None and found is not None
+            if resumed:
                 begin = found  # resume: replay only what was appended since
             else:
                 store.reset()
+            store.bind(log_id)
         if rebuild is not None:
             logger.warning("%s: rebuilding the table: %s", log.directory, rebuild)
             with self.table._lock:
                 self.table.rebuilds += 1
         self._replay(store, begin, end)
+        horizon = tombstone_horizon(log.directory) if resumed else 0
+        if horizon > begin:
+            # the cleaner removed a tombstone past the state while it was read: again
+            store.abandon()
+            self._restore_into(store, stale_reason(begin, True, start, end, horizon), start, end)
+
+    def _resume_refused(
+        self, store: DiskStore, found: int, log_id: str | None, start: int, end: int
+    ) -> str | None:
+        """Why a disk state committed at ``found`` is not resumed (``table_identity.py``);
+        raises :class:`ForeignTableStateError` for another log's state when told to."""
+        directory = self.log.directory
+        foreign = foreign_reason(store.log_id(), log_id)
+        if foreign is not None and self.table._foreign_state == "error":
+            raise ForeignTableStateError(
+                f"{foreign}; the state directory {store.state_dir} belongs to another log "
+                "(foreign_state='rebuild' rebuilds it, or give each log its own state_dir)",
+                path=directory,
+            )
+        marked = self._name in self.log.subscribers()
+        return foreign or stale_reason(found, marked, start, end, tombstone_horizon(directory))
 
     def _replay(self, store: MemoryStore | DiskStore, begin: int, end: int) -> None:
         """Apply ``[begin, end)`` to ``store`` (a fresh memory store: the latest state as of
@@ -271,6 +313,13 @@ class _Part:
             return False
         if self._fell_behind(before, batches):
             self.table._rebuilt(self, before)
+            return True
+        missed = self.horizon.missed(before, time.monotonic())
+        if missed is not None:  # (table_identity.py, rule 4)
+            self.restore(
+                f"the cleaner removed expired tombstones below offset {missed}, past the "
+                f"table's offset {before} (it fell more than delete_retention_ms behind)"
+            )
             return True
         changes: list[Change] | None = [] if table._callbacks else None
         with table._lock:
@@ -354,6 +403,8 @@ class Table(Mapping[Any, Any]):
     ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
     (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
     replays only the records appended since the state was last committed.
+    ``foreign_state``: a disk state built from another log is rebuilt (``"rebuild"``) or
+    refused with :class:`~compactlog.errors.ForeignTableStateError` (``"error"``).
     ``progress``: called with a :class:`RestoreProgress` after every restored batch.
     """
 
@@ -369,17 +420,21 @@ class Table(Mapping[Any, Any]):
         state_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[RestoreProgress], None] | None = None,
         raw: bool = False,
+        foreign_state: str = "rebuild",
     ) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes <= 0):
             raise ConfigError(f"max_bytes must be a positive int, not {max_bytes!r}")
         if store not in ("memory", "disk"):
             raise ConfigError(f"store must be 'memory' or 'disk', not {store!r}")
+        if foreign_state not in FOREIGN_STATE_POLICIES:
+            raise ConfigError(f"foreign_state must be 'rebuild' or 'error', not {foreign_state!r}")
         if (store == "disk") != (state_dir is not None):
             raise ConfigError("store='disk' takes a state_dir (and only it does)")
         if store == "disk" and (key_deserializer is not None or max_bytes is not None):
             raise ConfigError(
-                "store='disk' keeps keys as their stored bytes and bounds nothing in memory: "
-                "key_deserializer and max_bytes are for store='memory'"
+                "store='disk' keeps keys as the log's declared key format (stored as bytes "
+                "in LMDB) and bounds nothing in memory: key_deserializer and max_bytes are "
+                "for store='memory'"
             )
         self._state_dir = None if state_dir is None else os.path.abspath(os.fspath(state_dir))
         self.path = os.path.abspath(os.fspath(path))
@@ -389,6 +444,7 @@ class Table(Mapping[Any, Any]):
         self._max_bytes = max_bytes
         self._progress = progress
         self._raw = raw
+        self._foreign_state = foreign_state
         self._lock = threading.RLock()
         self._moved = threading.Condition(self._lock)
         self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
@@ -426,17 +482,18 @@ class Table(Mapping[Any, Any]):
 
     def _new_store(self, log: Any) -> MemoryStore | DiskStore:
         key_deserializer, value_deserializer = self._key_deserializer, self._value_deserializer
+        formats = declared_formats(log.config)
         if not self._raw:  # what is not given follows the log's declared formats
-            declared_key, declared_value = deserializers(**declared_formats(log.config))
+            declared_key, declared_value = deserializers(**formats)
             value_deserializer = value_deserializer or declared_value
-            if self._state_dir is None:  # (a disk store orders keys by their stored bytes)
-                key_deserializer = key_deserializer or declared_key
+            key_deserializer = key_deserializer or declared_key
         if self._state_dir is None:
             return MemoryStore(key_deserializer, value_deserializer, self._max_bytes, log.directory)
         state_dir = self._state_dir
         if self.partitioned:
             state_dir = os.path.join(state_dir, os.path.basename(log.directory))
-        return DiskStore(state_dir, value_deserializer, _log_bytes(log))
+        keys = KeyCodec("bytes" if self._raw else formats["key_format"])  # (table_keys.py)
+        return DiskStore(state_dir, value_deserializer, _log_bytes(log), keys)
 
     # -- offsets and waiting ---------------------------------------------------------------
     @property

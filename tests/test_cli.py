@@ -159,6 +159,8 @@ def test_create_meta_and_config(tmp_path):
         "start_offset",
         "end_offset",
         "cleaner_point",
+        "tombstone_horizon",
+        "log_id",
         "dirty_ratio",
         "uncleanable",
         "segments",
@@ -166,6 +168,7 @@ def test_create_meta_and_config(tmp_path):
         "config",
     ):
         assert field in meta
+    assert len(meta["log_id"]) == 32 and meta["tombstone_horizon"] == 0
     assert meta["end_offset"] == 0 and meta["uncleanable"] is None and meta["writers"] == []
     human = run("meta", path).stdout
     assert "dirty ratio" in human and "segment_bytes" in human and "1048576" in human

@@ -39,9 +39,19 @@ One pass, in order:
    ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
    :func:`compactlog.swap.replace_segments` (whose docstring is the crash protocol). A
    group of one segment that lost nothing is left alone.
-5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e`` and the
+
+   4a. **Tombstone horizon, before the swap.** When the group removes an expired
+   tombstone at or above the ``tombstone_horizon`` stored in ``cleaner.checkpoint``, the
+   checkpoint is rewritten first (atomically; cleaner point and marks unchanged) with the
+   horizon raised past every tombstone the group removes. Death after this write and
+   before the swap leaves a horizon above what is removed (a reader resuming below it
+   rebuilds needlessly, never wrongly); the swap never happens before it. A disk table
+   whose checkpoint is below the horizon knows it may have missed a delete
+   (``table_identity.py``).
+5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e``, the
    tombstone marks (``[e, now]`` appended when this pass passed tombstones; marks whose
-   tombstones have all expired dropped). Death before this step only repeats work.
+   tombstones have all expired dropped) and the tombstone horizon. Death before this step
+   only repeats work.
 
 ``should_abort`` is polled between batches; an abort removes the group in progress and
 leaves the checkpoint as it was (groups already swapped are valid cleaned states).
@@ -436,6 +446,7 @@ def _clean(
                 (group.size > HEADER_SIZE and group.size + seg.size > config.segment_bytes)
                 or seg.next_base - group.first > MAX_GROUP_OFFSETS
             ):
+                _raise_horizon(fs, directory, state, context)  # 4a.
                 _install(fs, directory, group, stats, releaser)
                 group = None
             if group is None:
@@ -444,6 +455,7 @@ def _clean(
             group.segments.append(seg)
             _clean_segment(directory, seg, group, context)
         if group is not None:
+            _raise_horizon(fs, directory, state, context)  # 4a.
             _install(fs, directory, group, stats, releaser)
             group = None
     except WriteFailed as failure:
@@ -464,7 +476,8 @@ def _clean(
     kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
     if context.head_tombstones:
         kept_marks.append([map_end, now])
-    write_cleaner_state(fs, directory, CleanerState(map_end, kept_marks))
+    horizon = max(state.horizon(), context.removed_below)
+    write_cleaner_state(fs, directory, CleanerState(map_end, kept_marks, horizon))
     stats.new_first_dirty_offset = map_end
     stats.cleaned = True
     return _done(stats, started)
@@ -473,6 +486,15 @@ def _clean(
 # Small state files only a cleaner-lock holder writes: their temporary files are an earlier
 # (dead) cleaner's, since we hold that lock now.
 _CLEANER_OWNED_TEMP_PREFIXES = (swap.SWAP_INTENT + ".", filenames.CLEANER_CHECKPOINT + ".")
+
+
+def _raise_horizon(fs: FileSystem, directory: str, state: CleanerState, ctx: _Context) -> None:
+    """Step 4a: store a tombstone horizon past every tombstone removed so far, before the
+    group that removes them is swapped in (``state`` then holds what is stored)."""
+    if ctx.removed_below <= state.horizon():
+        return
+    state.tombstone_horizon = ctx.removed_below
+    write_cleaner_state(fs, directory, state)
 
 
 def _resolve_leftovers(fs: FileSystem, directory: str, stats: CleanerStats) -> None:
@@ -652,6 +674,7 @@ class _Context:
     throttle: Throttler
     abort: Callable[[], bool]
     head_tombstones: int = 0
+    removed_below: int = 0  # every expired tombstone removed so far is below this offset
     latest_bits: np.ndarray | None = None  # OffsetMap.latest_bits(first_dirty, map_end)
     meter: Meter = field(default_factory=lambda: Meter(None))  # rewrite progress
 
@@ -709,6 +732,9 @@ def _clean_window(
         passed = tombstone & (offsets < ctx.first_dirty)
         if passed.any():
             expired = passed & (ctx.marks.first_seen(offsets) + ctx.retention <= ctx.now)
+            if expired.any():
+                last = int(offsets[expired][-1])  # (offsets ascend)
+                ctx.removed_below = max(ctx.removed_below, last + 1)
             drop |= expired
         first_pass = tombstone & ~drop & (offsets >= ctx.first_dirty)
         ctx.head_tombstones += int((first_pass & (offsets < ctx.map_end)).sum())

@@ -20,6 +20,7 @@ read-only and once writable. On each:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import compactlog
 from compactlog import filenames
 from compactlog.errors import LogCheckError
+from compactlog.state_files import read_cleaner_state
 
 from .models import CrashState
 from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, rebooted
@@ -182,8 +184,12 @@ def _check_log(
     into ``found``."""
     got = [(r.offset, r.key, r.value) for r in log.read()]
     end = log.end_offset
+    rule = RULES[workload.rule]
+    if workload.rule == "expiry":
+        horizon = read_cleaner_state(log.directory).horizon()
+        rule = functools.partial(_check_latest, removed_below=horizon)
     try:
-        RULES[workload.rule](got, promise)
+        rule(got, promise)
     except CheckFailed as failed:
         found.append(failed)
     else:  # (records lost imply a low end offset: said once)
@@ -256,9 +262,10 @@ def _check_run(got: Read, promise: Promise, start: int) -> None:
             )
 
 
-def _check_latest(got: Read, promise: Promise) -> None:
+def _check_latest(got: Read, promise: Promise, removed_below: int | None = None) -> None:
     """After compaction: records written, in increasing offsets, with every key's latest
-    acknowledged record."""
+    acknowledged record (a tombstone may be gone if it is below ``removed_below``, the log's
+    tombstone horizon: the cleaner said it may have removed it)."""
     written = promise.written
     previous = -1
     for offset, key, value in got:
@@ -276,6 +283,15 @@ def _check_latest(got: Read, promise: Promise) -> None:
     }
     present = {offset for offset, _key, _value in got}
     missing = sorted(offset for offset in latest.values() if offset not in present)
+    if removed_below is not None:
+        gone = [o for o in missing if written[index_of(promise, o)][1] is None]
+        above = [o for o in gone if o >= removed_below]
+        if above:
+            raise CheckFailed(
+                "a removed tombstone above the tombstone horizon",
+                f"tombstones at {above[:8]} are gone, the horizon is {removed_below}",
+            )
+        missing = [o for o in missing if o not in gone]
     if missing:
         raise CheckFailed(
             "a key's latest acknowledged record lost",
@@ -332,4 +348,5 @@ RULES: dict[str, Callable[[Read, Promise], None]] = {
     "prefix": _check_prefix,
     "suffix": _check_suffix,
     "latest": _check_latest,
+    "expiry": _check_latest,  # (with the log's tombstone horizon: see _check_log)
 }

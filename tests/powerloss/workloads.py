@@ -70,7 +70,8 @@ class Workload:
     name: str
     run: Callable[[Session], None]
     rule: str = "prefix"  # "prefix": read = written[:k]; "suffix": retention may drop a
-    # prefix; "latest": compaction keeps at least every key's latest record
+    # prefix; "latest": compaction keeps at least every key's latest record; "expiry":
+    # "latest", but a latest tombstone may be gone if it is below the tombstone horizon
     create: bool = False  # a brand-new log: a state without its meta file is no log yet
 
 
@@ -223,6 +224,23 @@ def compaction(session: Session) -> None:
     written += records(30, size=60)[24:]  # six keys whose only record must survive
     session.expect(written)
     _create(session, written, len(written), segment_bytes=1024, sync="always")
+    with session.recording(), compactlog.open(session.log) as log:
+        log.compact(force=True)
+
+
+def tombstone_expiry(session: Session) -> None:
+    """A forced pass that removes expired tombstones (``delete_retention_ms=0``; an earlier
+    pass, in the setup, passed them): what it removes must stay below the tombstone
+    horizon stored in ``cleaner.checkpoint`` at every crash point (the cleaner's step 4a)."""
+    written = records(18, keys=6, size=60)
+    written += [(b"k0001", None), (b"k0004", None)]
+    written += records(36, size=60)[20:]  # other keys: the deletes end in closed segments
+    session.expect(written)
+    _create(
+        session, written, len(written), segment_bytes=1024, sync="always", delete_retention_ms=0
+    )
+    with compactlog.open(session.log) as log:
+        log.compact(force=True)  # (passes the tombstones)
     with session.recording(), compactlog.open(session.log) as log:
         log.compact(force=True)
 
@@ -449,6 +467,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("precommit", buffered(precommit_bytes=4096)),
         Workload("linger", buffered(linger_ms=10_000)),
         Workload("compaction", compaction, rule="latest"),
+        Workload("tombstone-expiry", tombstone_expiry, rule="expiry"),
         Workload("retention", retention, rule="suffix"),
         Workload("snapshot", snapshot),
         Workload("repair", repair),
