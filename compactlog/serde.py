@@ -170,29 +170,77 @@ class Serde:
     def _load(
         self, part: Side, what: str, items: Sequence[Any], offsets: Sequence[int]
     ) -> Sequence[Any]:
+        return decode_column(part.deserialize, items, offsets, what, part.label, self.path)
+
+
+def decode_column(
+    convert: Deserializer | None,
+    items: Sequence[Any],
+    offsets: Sequence[int],
+    what: str,
+    label: str,
+    path: str = "",
+) -> Sequence[Any]:
+    """``items`` (a batch's keys or values, ``None`` kept) decoded by ``convert``, mapped
+    over the whole column; the first that it refuses raises :class:`DecodeError` naming
+    ``path``, its offset and the format ``label``."""
+    if convert is None:
+        return items
+    try:
+        if None in items:  # (a scan in C; keys and values are rarely None)
+            return [None if item is None else convert(item) for item in items]
+        return list(map(convert, items))
+    except Exception:  # find which one, to name its offset (the error path only)
+        for offset, item in zip(offsets, items, strict=True):
+            if item is None:
+                continue
+            try:
+                convert(item)
+            except Exception as error:
+                raise decode_error(what, int(offset), label, path, error) from error
+        raise
+
+
+def decode_error(what: str, offset: int, label: str, path: str, error: Exception) -> DecodeError:
+    """The :class:`DecodeError` of the ``what`` (key or value) at ``offset``."""
+    return DecodeError(
+        f"{what} at offset {offset} is not valid {label} "
+        f"({type(error).__name__}: {error}); read it with raw=True",
+        path=path or None,
+        offset=offset,
+        part=what,
+        format=label,
+    )
+
+
+def undecodable(
+    batch: RecordBatch,
+    key: Side,
+    value: Side,
+    path: str = "",
+) -> list[tuple[int, DecodeError]]:
+    """``(row, error)`` of every record of ``batch`` whose key or value its side cannot
+    decode (a keyless record's key is not decoded); empty when all decode. One mapped pass
+    per column; a record at a time only in a column that fails."""
+    bad: dict[int, DecodeError] = {}
+    offsets = batch.offsets.tolist()
+    for what, part, items in (("key", key, batch.keys()), ("value", value, batch.values())):
         convert = part.deserialize
         if convert is None:
-            return items
+            continue
         try:
-            if None in items:  # (a scan in C; keys and values are rarely None)
-                return [None if item is None else convert(item) for item in items]
-            return list(map(convert, items))
-        except Exception:  # find which one, to name its offset (the error path only)
-            for offset, item in zip(offsets, items, strict=True):
-                if item is None:
-                    continue
-                try:
-                    convert(item)
-                except Exception as error:
-                    raise DecodeError(
-                        f"{what} at offset {offset} is not valid {part.label} "
-                        f"({type(error).__name__}: {error}); read it with raw=True",
-                        path=self.path or None,
-                        offset=int(offset),
-                        part=what,
-                        format=part.label,
-                    ) from error
-            raise
+            decode_column(convert, items, offsets, what, part.label, path)
+            continue
+        except DecodeError:
+            pass
+        for row, item in enumerate(items):
+            if item is None or row in bad:
+                continue
+            try:
+                convert(item)
+            except Exception as error:
+                bad[row] = decode_error(what, offsets[row], part.label, path, error)
+    return sorted(bad.items())
 
 
 def _dump(convert: Serializer, obj: Any, what: str, label: str, path: str) -> bytes:
@@ -271,7 +319,10 @@ __all__ = [
     "Side",
     "check_format",
     "declared_formats",
+    "decode_column",
+    "decode_error",
     "deserializers",
     "serde_for",
     "serializing_append",
+    "undecodable",
 ]
