@@ -50,7 +50,15 @@ from .head import (
 )
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
-from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
+from .serde import (
+    RAW,
+    Deserializer,
+    Serde,
+    Serializer,
+    check_stored,
+    serde_for,
+    serializing_append,
+)
 from .single import build_plain_append
 from .state_files import Meta, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter
@@ -386,6 +394,7 @@ class Log:
             remedy=remedy,
             path=self.directory,
         )
+        check_stored(self.directory, meta.log_start_offset, meta.config, changed)
         if changed != meta.config:
             meta.config = changed
             write_meta(self.fs, self.directory, meta)

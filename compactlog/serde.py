@@ -27,7 +27,8 @@ from typing import Any
 
 from .batch_decode import Record, RecordBatch
 from .config import SERDE_FORMATS as FORMATS
-from .errors import ConfigError, DecodeError, InvalidRecordError
+from .config import LogConfig
+from .errors import ConfigError, DecodeError, InvalidRecordError, UnsafeChangeError
 
 Serializer = Callable[[Any], bytes]
 Deserializer = Callable[[bytes], Any]
@@ -299,6 +300,39 @@ def declared_formats(config: Any) -> dict[str, str]:
     return {"key_format": config.key_format, "value_format": config.value_format}
 
 
+def check_stored(directory: str, start: int, stored: LogConfig, wanted: LogConfig) -> None:
+    """Refuse (:class:`UnsafeChangeError` naming the log and the offset) a change of
+    ``key_format``/``value_format`` to a format that a record already in the log, from
+    ``start`` on, does not decode in: every reader would stop at it. The one check of
+    ``compactlog config set`` and ``open(..., update_config=True)``: it reads the whole log
+    once (a tombstone's value and a keyless record's key are not decoded), and only when a
+    format changes to one that decodes."""
+    from .reader import iter_batches
+
+    sides = []
+    for what in ("key", "value"):
+        name = getattr(wanted, f"{what}_format")
+        if name != getattr(stored, f"{what}_format") and _BUILT_IN[name][1] is not None:
+            sides.append((what, name, _BUILT_IN[name][1]))
+    if not sides:
+        return
+    for batch in iter_batches(directory, start, None):
+        offsets = batch.offsets.tolist()
+        for what, name, convert in sides:
+            items = batch.keys() if what == "key" else batch.values()
+            try:
+                decode_column(convert, items, offsets, what, name, directory)
+            except DecodeError as error:
+                raise UnsafeChangeError(
+                    f"refusing {what}_format={name!r}: the {what} at offset {error.offset} "
+                    f"is not valid {name} ({error.__cause__}), and readers of the declared "
+                    f"format would stop there; copy the log's records into a log that "
+                    f"declares it, or keep {what}_format={getattr(stored, what + '_format')!r} "
+                    f"and read with {what}_deserializer= (Table: on_decode_error='skip')",
+                    path=directory,
+                ) from error
+
+
 def serializing_append(append: Callable[..., int], serde: Serde) -> Callable[..., int]:
     """An ``append(key, value, *, timestamp_ms=None, headers=None)`` that serializes the
     key and value with ``serde``, then calls ``append`` (the log's path for bytes)."""
@@ -318,6 +352,7 @@ __all__ = [
     "Serde",
     "Side",
     "check_format",
+    "check_stored",
     "declared_formats",
     "decode_column",
     "decode_error",
