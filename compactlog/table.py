@@ -54,7 +54,7 @@ import numpy as np
 
 from .errors import ConfigError, DecodeError, InexactReadError, LogClosedError, TableError
 from .serde import Deserializer, Side, declared_formats, side, undecodable
-from .spark.logdirs import is_partitioned, list_partitions
+from .spark.logdirs import check_log_or_partitioned, is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
@@ -434,6 +434,8 @@ class Table(Mapping[Any, Any]):
         self._closing = False
         self.rebuilds = 0
         self.partitioned = is_partitioned(self.path)
+        if not self.partitioned:
+            check_log_or_partitioned(self.path)
         directories = list_partitions(self.path) if self.partitioned else [(0, self.path)]
         self._parts: list[_Part] = []
         try:
