@@ -283,9 +283,11 @@ def test_a_json_log_reads_into_a_struct_type(tmp_path):
 def test_a_str_log_that_holds_bad_utf8_names_the_offset(tmp_path):
     with open_log(tmp_path / "log", raw=True, value_format="str") as log:
         log.append_batch([(b"a", b"ok"), (b"b", b"\xff")])
-    with open_log(tmp_path / "log") as log:
-        with pytest.raises(compactlog.errors.ValueDecodeError, match="offset 1"):
-            log.read_arrow()
+    with (
+        open_log(tmp_path / "log") as log,
+        pytest.raises(compactlog.errors.ValueDecodeError, match="offset 1"),
+    ):
+        log.read_arrow()
 
 
 @pytest.mark.parametrize(
