@@ -14,6 +14,7 @@ column encoded per record (``format.encode_headers``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,8 @@ class LogEncoding:
     cleanup_policy: str
     max_record_bytes: int
     segment_bytes: int
+    key_format: str = "bytes"  # the declared formats (serde.py): what encode_rows checks
+    value_format: str = "bytes"
 
     @property
     def compacted(self) -> bool:
@@ -125,6 +128,8 @@ def config_encoding(config: LogConfig) -> LogEncoding:
         config.cleanup_policy,
         config.max_record_bytes,
         config.segment_bytes,
+        config.key_format,
+        config.value_format,
     )
 
 
@@ -196,13 +201,59 @@ def _bytes(value: Any) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
+def check_declared(table: pa.Table, encoding: LogEncoding, path: str, first_row: int = 0) -> None:
+    """Refuse (:class:`InvalidRecordError` naming the row, counted from ``first_row``) a
+    key or value of a normalized ``table`` that the log's declared format would not
+    decode: not UTF-8 for ``str``, not one JSON document for ``json``. Every reader of the
+    log would otherwise stop at it (``Table``, ``read``, subscribers)."""
+    for what, declared in (("key", encoding.key_format), ("value", encoding.value_format)):
+        if declared == "bytes":
+            continue
+        column = table.column(what)
+        try:
+            column.cast(pa.string())  # (checks UTF-8 in C)
+            if declared == "str":
+                continue
+            items: Any = column.to_pylist()
+            if None in items:
+                [json.loads(item) for item in items if item is not None]
+            else:
+                list(map(json.loads, items))
+            continue
+        except (pa.ArrowInvalid, ValueError):
+            pass
+        row, error = _first_refused(column.to_pylist(), declared)
+        raise InvalidRecordError(
+            f"row {first_row + row}: the {what} {column[row].as_py()!r:.80} is not {declared} "
+            f"({error}), and the log declares {what}_format={declared!r}; serialize it "
+            f"first (or declare {what}_format='bytes')",
+            path=path,
+        )
+
+
+def _first_refused(items: list[Any], declared: str) -> tuple[int, str]:
+    for row, item in enumerate(items):
+        if item is None:
+            continue
+        try:
+            text = item.decode("utf-8")
+            if declared == "json":
+                json.loads(text)
+        except ValueError as error:
+            return row, f"{type(error).__name__}: {error}"
+    raise AssertionError("a column that failed to decode has no row that fails")
+
+
 def encode_rows(
-    table: pa.Table, encoding: LogEncoding, log: str, now_ms: int
+    table: pa.Table, encoding: LogEncoding, log: str, now_ms: int, *, first_row: int = 0
 ) -> list[EncodedBatch]:
     """Rows of a normalized table as the batches ``Log.append_batch`` would append for
     them (one, or several cut by ``batch_encode.encode_within_segment`` so segments still roll
     near ``segment_bytes``), refusing in the task what the log would refuse: a null key on
-    a compacted log, a negative timestamp, a record over ``max_record_bytes``."""
+    a compacted log, a negative timestamp, a record over ``max_record_bytes``, a key or
+    value its declared format would not decode (:func:`check_declared`; errors count rows
+    from ``first_row``)."""
+    check_declared(table, encoding, log, first_row)
     keys = table.column("key")
     if keys.null_count and encoding.compacted:
         raise InvalidRecordError(
@@ -243,6 +294,7 @@ __all__ = [
     "WRITE_COLUMNS",
     "LogEncoding",
     "binary_column",
+    "check_declared",
     "check_write_schema",
     "config_encoding",
     "encode_rows",

@@ -11,19 +11,17 @@ Formats. Reads give the log's declared ``key_format``/``value_format`` their Arr
 (:func:`record_schema`): ``bytes`` is ``binary``, ``str`` is ``string``, ``json`` is
 ``string`` (the JSON text) or, given a ``struct`` ``value_type``, each value parsed into
 it. Appends refuse, naming the row, a key or value its declared format could not decode
-(:func:`check_declared`): what a reader would otherwise stop at later.
+(:func:`~compactlog.arrow.encode.check_declared`): what a reader would otherwise stop at.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..batch_decode import RecordBatch
-from ..config import LogConfig
 from ..errors import InvalidRecordError
 from .convert import RECORD_SCHEMA, Layout, chunk_columns, to_arrow
 from .encode import APPEND_RECORDS, check_write_schema, config_encoding, encode_rows, normalize
@@ -44,56 +42,13 @@ def append_arrow(log: LogView, data: pa.RecordBatch | pa.Table) -> range:
         )
     check_write_schema(data.schema)
     table = normalize(data)
-    check_declared(table, log.config, log.directory)
     encoding = config_encoding(log.config)
     now = log.clock()
     batches = []
     for start in range(0, table.num_rows, APPEND_RECORDS):
         rows = table.slice(start, APPEND_RECORDS)
-        batches.extend(encode_rows(rows, encoding, log.directory, now))
+        batches.extend(encode_rows(rows, encoding, log.directory, now, first_row=start))
     return log.append_encoded(batches)
-
-
-def check_declared(table: pa.Table, config: LogConfig, path: str) -> None:
-    """Refuse (:class:`InvalidRecordError` naming the row) a key or value of a normalized
-    ``table`` that the log's declared format would not decode: not UTF-8 for ``str``, not
-    one JSON document for ``json``."""
-    for what, declared in (("key", config.key_format), ("value", config.value_format)):
-        if declared == "bytes":
-            continue
-        column = table.column(what)
-        try:
-            column.cast(pa.string())  # (checks UTF-8 in C)
-            if declared == "str":
-                continue
-            items: Any = column.to_pylist()
-            if None in items:
-                [json.loads(item) for item in items if item is not None]
-            else:
-                list(map(json.loads, items))
-            continue
-        except (pa.ArrowInvalid, ValueError):
-            pass
-        row, error = _first_refused(column.to_pylist(), declared)
-        raise InvalidRecordError(
-            f"row {row}: the {what} {column[row].as_py()!r:.80} is not {declared} "
-            f"({error}), and the log declares {what}_format={declared!r}; serialize it "
-            f"first (or declare {what}_format='bytes')",
-            path=path,
-        )
-
-
-def _first_refused(items: list[Any], declared: str) -> tuple[int, str]:
-    for row, item in enumerate(items):
-        if item is None:
-            continue
-        try:
-            text = item.decode("utf-8")
-            if declared == "json":
-                json.loads(text)
-        except ValueError as error:
-            return row, f"{type(error).__name__}: {error}"
-    raise AssertionError("a column that failed to decode has no row that fails")
 
 
 def record_schema(
@@ -128,4 +83,4 @@ def arrow_table(
     return pa.Table.from_batches(chunks, schema=schema)
 
 
-__all__ = ["append_arrow", "arrow_table", "check_declared", "record_schema"]
+__all__ = ["append_arrow", "arrow_table", "record_schema"]
