@@ -3,6 +3,7 @@ every reader honours, raw access, and decode errors that name the offset."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.serde import declared_formats, deserializers
+from compactlog.serde import declared_formats, decodes, deserializers
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -241,3 +242,42 @@ def test_declaring_a_format_the_records_hold_is_stored(log_dir):
         pass
     with compactlog.open(log_dir) as log:
         assert [(r.key, r.value) for r in log.read()] == [("a", {"x": 1}), ("b", [2]), ("c", None)]
+
+
+JSONISH = st.one_of(
+    st.binary(max_size=12),
+    JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda v, a, b: (a + json.dumps(v) + b).encode(),
+        JSON_VALUES,
+        st.sampled_from(["", " ", "\n", "x", ",1", "]", "{"]),
+        st.sampled_from(["", " ", "\t", "x", ",1", "]", "}", "[", '"']),
+    ),
+)
+
+
+def loads_all(items):
+    try:
+        for item in items:
+            if item is not None:
+                json.loads(item)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | JSONISH, max_size=6))
+def test_the_fast_json_check_agrees_with_json_loads(items):
+    """``serde.decodes`` checks json with the C scanner of the json module: it must accept
+    exactly what ``json.loads`` accepts, item by item."""
+    assert decodes(json.loads, items) == loads_all(items)
+    assert decodes(bytes.decode, items) == all(_utf8(i) for i in items if i is not None)
+
+
+def _utf8(item):
+    try:
+        item.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

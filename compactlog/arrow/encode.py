@@ -14,7 +14,6 @@ column encoded per record (``format.encode_headers``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from ..batch_encode import EncodedBatch, encode_columns, encode_header_column, e
 from ..config import LogConfig
 from ..errors import ConfigError, InvalidRecordError, RecordTooLargeError
 from ..format import CODECS
+from ..serde import decodes, deserializers
 from ..state_files import read_meta
 
 WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
@@ -206,42 +206,37 @@ def check_declared(table: pa.Table, encoding: LogEncoding, path: str, first_row:
     key or value of a normalized ``table`` that the log's declared format would not
     decode: not UTF-8 for ``str``, not one JSON document for ``json``. Every reader of the
     log would otherwise stop at it (``Table``, ``read``, subscribers)."""
-    for what, declared in (("key", encoding.key_format), ("value", encoding.value_format)):
-        if declared == "bytes":
+    converts = deserializers(encoding.key_format, encoding.value_format)
+    for what, convert in zip(("key", "value"), converts, strict=True):
+        if convert is None:
             continue
         column = table.column(what)
-        try:
-            column.cast(pa.string())  # (checks UTF-8 in C)
-            if declared == "str":
-                continue
-            items: Any = column.to_pylist()
-            if None in items:
-                [json.loads(item) for item in items if item is not None]
-            else:
-                list(map(json.loads, items))
+        if convert is bytes.decode and _utf8(column):
             continue
-        except (pa.ArrowInvalid, ValueError):
-            pass
-        row, error = _first_refused(column.to_pylist(), declared)
-        raise InvalidRecordError(
-            f"row {first_row + row}: the {what} {column[row].as_py()!r:.80} is not {declared} "
-            f"({error}), and the log declares {what}_format={declared!r}; serialize it "
-            f"first (or declare {what}_format='bytes')",
-            path=path,
-        )
+        items = column.to_pylist()
+        if decodes(convert, items):
+            continue
+        for row, item in enumerate(items):
+            try:
+                if item is not None:
+                    convert(item)
+            except ValueError as error:
+                declared = getattr(encoding, f"{what}_format")
+                raise InvalidRecordError(
+                    f"row {first_row + row}: the {what} {item!r:.80} is not {declared} "
+                    f"({type(error).__name__}: {error}), and the log declares "
+                    f"{what}_format={declared!r}; serialize it first (or declare "
+                    f"{what}_format='bytes')",
+                    path=path,
+                ) from None
 
 
-def _first_refused(items: list[Any], declared: str) -> tuple[int, str]:
-    for row, item in enumerate(items):
-        if item is None:
-            continue
-        try:
-            text = item.decode("utf-8")
-            if declared == "json":
-                json.loads(text)
-        except ValueError as error:
-            return row, f"{type(error).__name__}: {error}"
-    raise AssertionError("a column that failed to decode has no row that fails")
+def _utf8(column: pa.ChunkedArray) -> bool:
+    try:
+        column.cast(pa.string())  # (checks UTF-8 in C)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def encode_rows(
