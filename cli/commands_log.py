@@ -212,6 +212,9 @@ def config_set(path: str, assignments: tuple[str, ...], force: bool, as_json: bo
     compression_level, sync, sync_interval_ms, precommit_bytes, min_free_bytes) are
     refused while a writer has the log open, naming it and the reason; --force stores
     them anyway (running writers pick them up when they reopen the log).
+    key_format/value_format (str, json) are checked against every record the log holds
+    (one read of the log): a key or value that would not decode is refused, naming its
+    offset; --force does not skip this check.
 
     \b
     Examples:

@@ -51,7 +51,15 @@ from .head import (
 from .log_identity import new_log_id
 from .reader import iter_batches
 from .segment import list_segments, segment_data_size
-from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
+from .serde import (
+    RAW,
+    Deserializer,
+    Serde,
+    Serializer,
+    check_stored,
+    serde_for,
+    serializing_append,
+)
 from .single import build_plain_append
 from .state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 from .writer import SegmentWriter
@@ -389,6 +397,7 @@ class Log:
             remedy=remedy,
             path=self.directory,
         )
+        check_stored(self.directory, meta.log_start_offset, meta.config, changed)
         if changed != meta.config:
             meta.config = changed
             write_meta(self.fs, self.directory, meta)
@@ -690,13 +699,23 @@ class Log:
         convert = RecordBatch.records if raw else self.serde.records
         return itertools.chain.from_iterable(map(convert, self.read_batches(start, end)))
 
-    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+    def read_arrow(
+        self, start: int | None = None, end: int | None = None, *, value_type: Any = None
+    ) -> Any:
         """Records with offsets in ``[start, end)`` as one ``pyarrow.Table`` (columns
         ``key``, ``value`` (null: a tombstone), ``offset``, ``timestamp``, ``headers``),
-        built from the columnar batches with no per-record object."""
+        built from the columnar batches with no per-record object. Keys and values have
+        the types of the declared formats (``binary`` for bytes and with ``raw=True``,
+        ``string`` for str and json); ``value_type``, a ``pyarrow.struct``, parses a json
+        log's values into it (:mod:`compactlog.arrow.tables`)."""
         from .arrow.tables import arrow_table
 
-        return arrow_table(self.read_batches(start, end))
+        return arrow_table(self.read_batches(start, end), *self._arrow_formats(), value_type)
+
+    def _arrow_formats(self) -> tuple[str, str]:
+        if self._raw:
+            return "bytes", "bytes"
+        return self._meta.config.key_format, self._meta.config.value_format
 
     def get_segments(self) -> list[int]:
         return list_segments(self.directory)
@@ -837,12 +856,15 @@ class Log:
         self._check_open()
         return Table(self.directory, **options)
 
-    def latest_arrow(self, as_of: int | None = None, *, allow_inexact: bool = False) -> Any:
-        """The same as :meth:`latest`, as one ``pyarrow.Table`` (the columns of
+    def latest_arrow(
+        self, as_of: int | None = None, *, allow_inexact: bool = False, value_type: Any = None
+    ) -> Any:
+        """The same as :meth:`latest`, as one ``pyarrow.Table`` (the columns and types of
         :meth:`read_arrow`); ``table.to_pandas()`` and ``polars.from_arrow(table)`` take it."""
         from .arrow.tables import arrow_table
 
-        return arrow_table(self.latest_batches(as_of, allow_inexact=allow_inexact))
+        batches = self.latest_batches(as_of, allow_inexact=allow_inexact)
+        return arrow_table(batches, *self._arrow_formats(), value_type)
 
     # -- snapshots ---------------------------------------------------------------------
     def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:

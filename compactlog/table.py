@@ -44,6 +44,7 @@ raises it from then on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import os
@@ -52,8 +53,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from .errors import (
     ConfigError,
+    DecodeError,
     ForeignTableStateError,
     InexactReadError,
     LogClosedError,
@@ -61,8 +65,8 @@ from .errors import (
     TableStateCorruptError,
 )
 from .log_identity import ensure_log_id
-from .serde import declared_formats, deserializers
-from .spark.logdirs import is_partitioned, list_partitions
+from .serde import Deserializer, Side, declared_formats, side, undecodable
+from .spark.logdirs import check_log_or_partitioned, is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
@@ -83,6 +87,8 @@ POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
 PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
 RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
+DECODE_ERROR_POLICIES = ("raise", "skip")
+SKIPPED_KEPT = 1000  # the skipped records' errors a table keeps (the latest; all are counted)
 
 
 class RestoreProgress:
@@ -140,6 +146,7 @@ class _Part:
         self.number = number
         self.log = open_log(directory, read_only=True, create=False)
         try:
+            self.key, self.value = table._sides(self.log)
             self.store: MemoryStore | DiskStore = table._new_store(self.log)
         except BaseException:
             self.log.close()
@@ -292,7 +299,7 @@ class _Part:
         else:
             batches = self.log.read_batches(begin, end)
         for batch in batches:
-            store.apply(batch)
+            self._apply_batch(store, batch, None)
             progress.records += len(batch)
             now = time.monotonic()
             if now - last_line >= PROGRESS_EVERY_S:
@@ -336,18 +343,35 @@ class _Part:
         store = self.store
         if isinstance(store, MemoryStore):
             for batch in batches:
-                store.apply(batch, changes)
+                self._apply_batch(store, batch, changes)
             return
         while True:
             try:
                 for batch in batches:
-                    store.apply(batch, changes)
+                    self._apply_batch(store, batch, changes)
                 store.commit(position)
                 return
             except map_full_error():
                 store.grow()
                 if changes is not None:
                     changes.clear()
+
+    def _apply_batch(
+        self, store: MemoryStore | DiskStore, batch: Any, changes: list[Change] | None
+    ) -> None:
+        """``store.apply`` under the table's ``on_decode_error`` policy. A memory store
+        decodes as it applies (a failed batch is looked at again, on the error path only,
+        and applied without its undecodable records: applying a batch is idempotent); a
+        disk store keeps bytes and decodes on read, so its batches are decoded first."""
+        if isinstance(store, DiskStore) and self.value.deserialize is not None:
+            batch = self.table._decodable(self, batch, None)
+        try:
+            store.apply(batch, changes)
+        except Exception:
+            bad = undecodable(batch, self.key, self.value, self.log.directory)
+            if not bad:
+                raise
+            store.apply(self.table._decodable(self, batch, bad), changes)
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""
@@ -396,8 +420,16 @@ class Table(Mapping[Any, Any]):
 
     ``follow``: follow appends in a background thread (else call :meth:`refresh`).
     ``key_deserializer`` / ``value_deserializer``: callables applied to the stored bytes
-    (keys then compare as what they return); by default the log's declared formats
+    (keys then compare as what they return), or the name of a built-in format (``"str"``,
+    ``"json"``, ``"bytes"``, as ``open()`` takes); by default the log's declared formats
     (``key_format``/``value_format``, :mod:`compactlog.serde`), bytes with ``raw=True``.
+    ``on_decode_error``: what a stored key or value its format cannot decode does (Kafka
+    Streams' deserialization exception handler). ``"raise"`` (the default): the restore
+    raises :class:`~compactlog.errors.DecodeError` naming the log and the offset, and a
+    follower stops with it (reads raise ``TableError`` from it). ``"skip"``: the record is
+    left out (the key keeps the value it had; after a restore from the latest state it is
+    absent), a warning names the log and the offset, and :attr:`skipped_count` and
+    :attr:`skipped` (the latest ``SKIPPED_KEPT`` errors) report it.
     ``max_bytes``: refuse to hold more than this many bytes of keys and values (plus
     ``ENTRY_OVERHEAD`` per key) in memory.
     ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
@@ -413,15 +445,18 @@ class Table(Mapping[Any, Any]):
         path: str | os.PathLike[str],
         *,
         follow: bool = True,
-        key_deserializer: Callable[[bytes], Any] | None = None,
-        value_deserializer: Callable[[bytes], Any] | None = None,
+        key_deserializer: Deserializer | str | None = None,
+        value_deserializer: Deserializer | str | None = None,
         max_bytes: int | None = None,
         store: str = "memory",
         state_dir: str | os.PathLike[str] | None = None,
         progress: Callable[[RestoreProgress], None] | None = None,
         raw: bool = False,
         foreign_state: str = "rebuild",
+        on_decode_error: str = "raise",
     ) -> None:
+        if on_decode_error not in DECODE_ERROR_POLICIES:
+            raise ConfigError(f"on_decode_error must be 'raise' or 'skip', not {on_decode_error!r}")
         if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes <= 0):
             raise ConfigError(f"max_bytes must be a positive int, not {max_bytes!r}")
         if store not in ("memory", "disk"):
@@ -445,6 +480,9 @@ class Table(Mapping[Any, Any]):
         self._progress = progress
         self._raw = raw
         self._foreign_state = foreign_state
+        self.on_decode_error = on_decode_error
+        self.skipped: collections.deque[DecodeError] = collections.deque(maxlen=SKIPPED_KEPT)
+        self.skipped_count = 0
         self._lock = threading.RLock()
         self._moved = threading.Condition(self._lock)
         self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
@@ -453,6 +491,8 @@ class Table(Mapping[Any, Any]):
         self._closing = False
         self.rebuilds = 0
         self.partitioned = is_partitioned(self.path)
+        if not self.partitioned:
+            check_log_or_partitioned(self.path)
         directories = list_partitions(self.path) if self.partitioned else [(0, self.path)]
         self._parts: list[_Part] = []
         try:
@@ -480,20 +520,45 @@ class Table(Mapping[Any, Any]):
             self.close()
             raise
 
+    def _sides(self, log: Any) -> tuple[Side, Side]:
+        """How a log's keys and values decode: what was given (a callable or a format's
+        name), else the log's declared format (bytes with ``raw=True``)."""
+        formats = {"key_format": "bytes", "value_format": "bytes"}
+        if not self._raw:
+            formats = declared_formats(log.config)
+        key = side("key", formats["key_format"], None, self._key_deserializer)
+        value = side("value", formats["value_format"], None, self._value_deserializer)
+        return key, value
+
+    def _decodable(self, part: _Part, batch: Any, bad: list[tuple[int, DecodeError]] | None) -> Any:
+        """``batch`` without the records whose key or value does not decode (``bad``, or
+        found now), under the ``on_decode_error`` policy: raise the first one's error, or
+        leave them out and report them."""
+        if bad is None:
+            bad = undecodable(batch, part.key, part.value, part.log.directory)
+        if not bad:
+            return batch
+        if self.on_decode_error == "raise":
+            raise bad[0][1]
+        keep = np.ones(len(batch), dtype=bool)
+        for row, error in bad:
+            keep[row] = False
+            logger.warning("skipping a record (on_decode_error='skip'): %s", error)
+        with self._lock:
+            self.skipped.extend(error for _row, error in bad)
+            self.skipped_count += len(bad)
+        return batch.select(keep)
+
     def _new_store(self, log: Any) -> MemoryStore | DiskStore:
-        key_deserializer, value_deserializer = self._key_deserializer, self._value_deserializer
-        formats = declared_formats(log.config)
-        if not self._raw:  # what is not given follows the log's declared formats
-            declared_key, declared_value = deserializers(**formats)
-            value_deserializer = value_deserializer or declared_value
-            key_deserializer = key_deserializer or declared_key
+        key, value = self._sides(log)
         if self._state_dir is None:
-            return MemoryStore(key_deserializer, value_deserializer, self._max_bytes, log.directory)
+            return MemoryStore(key.deserialize, value.deserialize, self._max_bytes, log.directory)
         state_dir = self._state_dir
         if self.partitioned:
             state_dir = os.path.join(state_dir, os.path.basename(log.directory))
-        keys = KeyCodec("bytes" if self._raw else formats["key_format"])  # (table_keys.py)
-        return DiskStore(state_dir, value_deserializer, _log_bytes(log), keys)
+        key_format = "bytes" if self._raw else declared_formats(log.config)["key_format"]
+        keys = KeyCodec(key_format)  # (table_keys.py)
+        return DiskStore(state_dir, value.deserialize, _log_bytes(log), keys)
 
     # -- offsets and waiting ---------------------------------------------------------------
     @property
@@ -619,7 +684,9 @@ class Table(Mapping[Any, Any]):
         if self._closing:
             raise LogClosedError("table is closed", path=self.path)
         if self._fatal is not None:
-            raise TableError("the table's follower stopped", path=self.path) from self._fatal
+            raise TableError(
+                f"the table's follower stopped: {self._fatal}", path=self.path
+            ) from self._fatal
         if self._error is not None:
             error, self._error = self._error, None
             raise TableError("a change callback raised", path=self.path) from error

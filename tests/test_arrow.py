@@ -235,3 +235,90 @@ def test_latest_arrow_is_latest_as_a_table_before_and_after_compaction(tmp_path)
         table = log.latest_arrow()
         assert table.column("offset").to_pylist() == [w[0] for w in want]
         assert table.column("value").null_count == 0
+
+
+# -- declared formats ---------------------------------------------------------------------
+
+ROWS = [("user:1", {"name": "Ada", "age": 36}), ("user:2", {"name": "\u00e9"}), ("user:3", None)]
+
+
+def json_log(path):
+    log = open_log(path, key_format="str", value_format="json")
+    for key, value in ROWS:
+        log.append(key, value)
+    return log
+
+
+def test_read_arrow_gives_declared_formats_their_types(tmp_path):
+    """Regression: every column was binary, whatever the log declared."""
+    with json_log(tmp_path / "log") as log:
+        for table in (log.read_arrow(), log.latest_arrow()):
+            assert table.schema.field("key").type == pa.string()
+            assert table.schema.field("value").type == pa.string()  # the JSON text
+        assert log.read_arrow().column("key").to_pylist() == ["user:1", "user:2", "user:3"]
+        values = log.read_arrow().column("value").to_pylist()
+        assert values == ['{"name":"Ada","age":36}', '{"name":"\u00e9"}', None]
+    with compactlog.open(tmp_path / "log", raw=True) as raw:
+        assert raw.read_arrow().schema.field("value").type == pa.binary()
+    with open_log(tmp_path / "plain") as plain:
+        plain.append(b"k", b"\xff")
+        assert plain.read_arrow().schema == compactlog.arrow.convert.RECORD_SCHEMA
+
+
+def test_a_json_log_reads_into_a_struct_type(tmp_path):
+    person = pa.struct([("name", pa.string()), ("age", pa.int32())])
+    with json_log(tmp_path / "log") as log:
+        table = log.read_arrow(value_type=person)
+        assert table.schema.field("value").type == person
+        assert table.column("value").to_pylist() == [
+            {"name": "Ada", "age": 36},
+            {"name": "\u00e9", "age": None},
+            None,
+        ]
+        assert log.latest_arrow(value_type=person).num_rows == 2  # (the tombstone's key is gone)
+    with open_log(tmp_path / "bytes") as log, pytest.raises(InvalidRecordError, match="struct"):
+        log.read_arrow(value_type=person)
+
+
+def test_a_str_log_that_holds_bad_utf8_names_the_offset(tmp_path):
+    with open_log(tmp_path / "log", raw=True, value_format="str") as log:
+        log.append_batch([(b"a", b"ok"), (b"b", b"\xff")])
+    with (
+        open_log(tmp_path / "log") as log,
+        pytest.raises(compactlog.errors.ValueDecodeError, match="offset 1"),
+    ):
+        log.read_arrow()
+
+
+@pytest.mark.parametrize(
+    "declared, column, value, message",
+    [
+        (
+            {"value_format": "json"},
+            "value",
+            b"not json",
+            "row 1: the value b'not json' is not json",
+        ),
+        ({"value_format": "json"}, "value", "", "row 1: the value b'' is not json"),
+        ({"value_format": "str"}, "value", b"\xff", "row 1: the value b'\\\\xff' is not str"),
+        ({"key_format": "str"}, "key", b"\xfe", "row 1: the key b'\\\\xfe' is not str"),
+        ({"key_format": "json"}, "key", "k", "row 1: the key b'k' is not json"),
+    ],
+)
+def test_append_arrow_refuses_what_the_declared_format_cannot_decode(
+    tmp_path, declared, column, value, message
+):
+    """Regression: append_arrow stored non-JSON values on a json log; a table following
+    it then stopped for good."""
+    good = {"key": '"k"' if declared.get("key_format") == "json" else "k", "value": "[1]"}
+    rows = {"key": [good["key"], good["key"]], "value": [good["value"], good["value"]]}
+    rows[column][1] = value
+    data = pa.table({name: pa.array(items) for name, items in rows.items()})
+    with open_log(tmp_path / "log", **declared) as log:
+        with pytest.raises(InvalidRecordError, match=message):
+            log.append_arrow(data)
+        assert log.end_offset == 0
+        rows[column][1] = rows[column][0]
+        assert log.append_arrow(pa.table(rows)) == range(0, 2)
+        tombstone = pa.table({"key": [good["key"]], "value": pa.array([None], pa.string())})
+        assert log.append_arrow(tombstone) == range(2, 3)

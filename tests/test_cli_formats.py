@@ -79,3 +79,14 @@ def test_a_log_without_declared_formats_prints_as_before(tmp_path):
         log.append(b"k", b'{"a":1}')
     assert json_lines(run("dump", path, "--json").stdout)[0]["value"] == '{"a":1}'
     assert run_json("get", path, "k")["value"] == '{"a":1}'
+
+
+def test_config_set_refuses_a_format_the_stored_records_do_not_hold(declared):
+    """Regression: ``config set value_format=json`` stored the setting over values that
+    are not JSON (here: a log of str values, one of them not JSON)."""
+    with compactlog.open(declared, update_config=True, value_format="bytes"):
+        pass
+    result = run("config", "set", declared, "value_format=json", "--force", check=1)
+    assert "offset 3" in result.stderr and "value_format='json'" in result.stderr
+    assert run_json("config", "get", declared)["value_format"] == "bytes"
+    run("config", "set", declared, "value_format=str")

@@ -3,6 +3,7 @@ every reader honours, raw access, and decode errors that name the offset."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.serde import declared_formats, deserializers
+from compactlog.serde import declared_formats, decodes, deserializers
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -210,3 +211,73 @@ def test_deserializers_gives_plain_callables_for_named_formats():
     assert deserializers() == (None, None)
     with pytest.raises(compactlog.ConfigError, match="value_format"):
         deserializers("bytes", "yaml")
+
+
+@pytest.mark.parametrize(
+    "name, stored, offset",
+    [("value_format", [b"1", b"{broken"], 1), ("key_format", [b"\xff"], 0)],
+)
+def test_declaring_a_format_checks_the_stored_records(log_dir, name, stored, offset):
+    """Regression: ``update_config`` (and ``compactlog config set``) declared json over
+    values that are not JSON: every reader of the log then stopped at them."""
+    with compactlog.open(log_dir) as log:
+        for item in stored:
+            log.append(item if name == "key_format" else b"k", item)
+        log.append(b"gone", None)  # a tombstone's value is never decoded
+    wanted = "json" if name == "value_format" else "str"
+    with pytest.raises(compactlog.UnsafeChangeError, match=f"offset {offset}") as caught:
+        compactlog.open(log_dir, update_config=True, **{name: wanted})
+    assert str(log_dir) in str(caught.value) and f"{name}={wanted!r}" in str(caught.value)
+    with compactlog.open(log_dir) as log:
+        assert getattr(log.config, name) == "bytes"
+        with pytest.raises(compactlog.UnsafeChangeError, match=f"offset {offset}"):
+            log.store_config({name: wanted})
+        assert log.store_config({name: "bytes"}) == log.config  # (no change: nothing read)
+
+
+def test_declaring_a_format_the_records_hold_is_stored(log_dir):
+    with compactlog.open(log_dir) as log:
+        log.append_batch([(b"a", b'{"x": 1}'), (b"b", b"[2]"), (b"c", None)])
+    with compactlog.open(log_dir, update_config=True, key_format="str", value_format="json"):
+        pass
+    with compactlog.open(log_dir) as log:
+        assert [(r.key, r.value) for r in log.read()] == [("a", {"x": 1}), ("b", [2]), ("c", None)]
+
+
+JSONISH = st.one_of(
+    st.binary(max_size=12),
+    JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda v, a, b: (a + json.dumps(v) + b).encode(),
+        JSON_VALUES,
+        st.sampled_from(["", " ", "\n", "x", ",1", "]", "{"]),
+        st.sampled_from(["", " ", "\t", "x", ",1", "]", "}", "[", '"']),
+    ),
+)
+
+
+def loads_all(items):
+    try:
+        for item in items:
+            if item is not None:
+                json.loads(item)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | JSONISH, max_size=6))
+def test_the_fast_json_check_agrees_with_json_loads(items):
+    """``serde.decodes`` checks json with the C scanner of the json module: it must accept
+    exactly what ``json.loads`` accepts, item by item."""
+    assert decodes(json.loads, items) == loads_all(items)
+    assert decodes(bytes.decode, items) == all(_utf8(i) for i in items if i is not None)
+
+
+def _utf8(item):
+    try:
+        item.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

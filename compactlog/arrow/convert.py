@@ -152,10 +152,14 @@ def headers_array(columns: Columns, type_: pa.DataType) -> pa.Array:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """What each output column is: a metadata column, the raw value, or a JSON field."""
+    """What each output column is: a metadata column, the raw value, or a JSON field.
+
+    ``value_format`` ``json`` makes each non-metadata column a field of the JSON object
+    stored as the value (the Spark source's columns); ``json_struct`` makes the ``value``
+    column the whole JSON value parsed to its ``struct`` type (``Log.read_arrow``)."""
 
     schema: pa.Schema
-    value_format: str  # binary | string | json
+    value_format: str  # binary | string | json | json_struct
 
     @property
     def json_fields(self) -> list[pa.Field]:
@@ -200,6 +204,8 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
         name, type_ = field.name, field.type
         if name == "key":
             array = filtered(binary_array(columns.keys_blob, columns.key_lengths))
+            if pa.types.is_string(type_):
+                array = _as_utf8(array, columns, keep, "key")
         elif name == "offset":
             array = filtered(_int64_array(columns.offsets, pa.int64()))
         elif name == "timestamp":
@@ -208,13 +214,15 @@ def to_arrow(columns: Columns, keep: np.ndarray | None, layout: Layout) -> pa.Re
             array = filtered(headers_array(columns, type_))
         elif name == "deleted":
             array = filtered(pa.array(columns.value_lengths < 0, type=pa.bool_()))
+        elif layout.value_format == "json_struct":
+            array = _json_struct(raw_values(), type_, columns, keep)
         elif layout.value_format != "json":
             array = raw_values()
             if layout.value_format == "string" or pa.types.is_string(type_):
                 array = _as_utf8(array, columns, keep)
         else:
             if json_table is None:
-                json_table = _parse_json(raw_values(), layout, columns, keep)
+                json_table = _parse_json(raw_values(), layout.json_fields, columns, keep)
             array = json_table.column(name)
         arrays.append(_cast(array, type_, name))
     return pa.RecordBatch.from_arrays(arrays, schema=layout.schema)
@@ -245,7 +253,9 @@ def _where(columns: Columns, keep: np.ndarray | None) -> str:
     return f"records at offsets {int(offsets[0])}..{int(offsets[-1])}"
 
 
-def _as_utf8(array: pa.Array, columns: Columns, keep: np.ndarray | None) -> pa.Array:
+def _as_utf8(
+    array: pa.Array, columns: Columns, keep: np.ndarray | None, what: str = "value"
+) -> pa.Array:
     view = pa.Array.from_buffers(
         pa.string(), len(array), array.buffers(), null_count=array.null_count, offset=array.offset
     )
@@ -253,15 +263,43 @@ def _as_utf8(array: pa.Array, columns: Columns, keep: np.ndarray | None) -> pa.A
         view.validate(full=True)
     except pa.ArrowInvalid:
         raise ValueDecodeError(
-            f"valueFormat=string: a value is not valid UTF-8 ({_where(columns, keep)})"
+            f"{what}Format=string: a {what} is not valid UTF-8 "
+            f"({_first_invalid_utf8(array, columns, keep)})"
         ) from None
     return view
 
 
+def _first_invalid_utf8(array: pa.Array, columns: Columns, keep: np.ndarray | None) -> str:
+    """Where the first value of ``array`` that is not UTF-8 is (the error path only)."""
+    offsets = columns.offsets if keep is None else columns.offsets[keep]
+    for row, item in enumerate(array.to_pylist()):
+        if item is None:
+            continue
+        try:
+            item.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"the record at offset {int(offsets[row])}"
+    return _where(columns, keep)
+
+
+def _json_struct(
+    values: pa.Array, type_: pa.DataType, columns: Columns, keep: np.ndarray | None
+) -> pa.Array:
+    """Each JSON object of ``values`` as a row of the ``struct`` ``type_`` (fields it lacks
+    are null; fields it has beyond the type are ignored); a null value is a null row."""
+    if not pa.types.is_struct(type_):
+        raise ValueDecodeError(f"a JSON value is read as a struct type, not {type_}")
+    fields = [type_.field(i) for i in range(type_.num_fields)]
+    table = _parse_json(values, fields, columns, keep)
+    mask = values.is_null() if values.null_count else None
+    arrays = [_cast(table.column(f.name), f.type, f.name) for f in fields]
+    return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
+
+
 def _parse_json(
-    values: pa.Array, layout: Layout, columns: Columns, keep: np.ndarray | None
+    values: pa.Array, fields: list[pa.Field], columns: Columns, keep: np.ndarray | None
 ) -> pa.Table:
-    """Parse the non-null values as newline-delimited JSON against the value schema; rows
+    """Parse the non-null values as newline-delimited JSON into ``fields``; rows
     whose value is null (tombstones) get null fields. One C++ parse per chunk.
 
     ``pyarrow.json`` and ``pyarrow.compute`` are imported where they are used: Spark starts
@@ -270,7 +308,6 @@ def _parse_json(
     than the rest of it."""
     import pyarrow.json as pa_json
 
-    fields = layout.json_fields
     n = len(values)
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     present = values.drop_null() if values.null_count else values

@@ -25,6 +25,7 @@ from ..batch_encode import EncodedBatch, encode_columns, encode_header_column, e
 from ..config import LogConfig
 from ..errors import ConfigError, InvalidRecordError, RecordTooLargeError
 from ..format import CODECS
+from ..serde import decodes, deserializers
 from ..state_files import read_meta
 
 WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
@@ -106,6 +107,8 @@ class LogEncoding:
     cleanup_policy: str
     max_record_bytes: int
     segment_bytes: int
+    key_format: str = "bytes"  # the declared formats (serde.py): what encode_rows checks
+    value_format: str = "bytes"
 
     @property
     def compacted(self) -> bool:
@@ -125,6 +128,8 @@ def config_encoding(config: LogConfig) -> LogEncoding:
         config.cleanup_policy,
         config.max_record_bytes,
         config.segment_bytes,
+        config.key_format,
+        config.value_format,
     )
 
 
@@ -196,13 +201,54 @@ def _bytes(value: Any) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
+def check_declared(table: pa.Table, encoding: LogEncoding, path: str, first_row: int = 0) -> None:
+    """Refuse (:class:`InvalidRecordError` naming the row, counted from ``first_row``) a
+    key or value of a normalized ``table`` that the log's declared format would not
+    decode: not UTF-8 for ``str``, not one JSON document for ``json``. Every reader of the
+    log would otherwise stop at it (``Table``, ``read``, subscribers)."""
+    converts = deserializers(encoding.key_format, encoding.value_format)
+    for what, convert in zip(("key", "value"), converts, strict=True):
+        if convert is None:
+            continue
+        column = table.column(what)
+        if convert is bytes.decode and _utf8(column):
+            continue
+        items = column.to_pylist()
+        if decodes(convert, items):
+            continue
+        for row, item in enumerate(items):
+            try:
+                if item is not None:
+                    convert(item)
+            except ValueError as error:
+                declared = getattr(encoding, f"{what}_format")
+                raise InvalidRecordError(
+                    f"row {first_row + row}: the {what} {item!r:.80} is not {declared} "
+                    f"({type(error).__name__}: {error}), and the log declares "
+                    f"{what}_format={declared!r}; serialize it first (or declare "
+                    f"{what}_format='bytes')",
+                    path=path,
+                ) from None
+
+
+def _utf8(column: pa.ChunkedArray) -> bool:
+    try:
+        column.cast(pa.string())  # (checks UTF-8 in C)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def encode_rows(
-    table: pa.Table, encoding: LogEncoding, log: str, now_ms: int
+    table: pa.Table, encoding: LogEncoding, log: str, now_ms: int, *, first_row: int = 0
 ) -> list[EncodedBatch]:
     """Rows of a normalized table as the batches ``Log.append_batch`` would append for
     them (one, or several cut by ``batch_encode.encode_within_segment`` so segments still roll
     near ``segment_bytes``), refusing in the task what the log would refuse: a null key on
-    a compacted log, a negative timestamp, a record over ``max_record_bytes``."""
+    a compacted log, a negative timestamp, a record over ``max_record_bytes``, a key or
+    value its declared format would not decode (:func:`check_declared`; errors count rows
+    from ``first_row``)."""
+    check_declared(table, encoding, log, first_row)
     keys = table.column("key")
     if keys.null_count and encoding.compacted:
         raise InvalidRecordError(
@@ -243,6 +289,7 @@ __all__ = [
     "WRITE_COLUMNS",
     "LogEncoding",
     "binary_column",
+    "check_declared",
     "check_write_schema",
     "config_encoding",
     "encode_rows",

@@ -12,6 +12,7 @@ import os
 import re
 
 from .. import filenames
+from ..errors import NotALogError
 
 PARTITION_PREFIX = "partition-"
 PARTITION_COLUMN = "partition"
@@ -40,9 +41,33 @@ def is_partitioned(path: str) -> bool:
     return not os.path.exists(os.path.join(path, filenames.META)) and bool(list_partitions(path))
 
 
+def check_log_or_partitioned(path: str) -> None:
+    """Refuse with a :class:`NotALogError` that says what to open a directory that holds
+    logs one level down under other names than ``partition-<N>`` (``orders/0``, as the
+    cleaner service finds them): a table reads one log, or ``partition-<N>`` logs as one.
+    Anything else is left to the open of ``path`` to refuse."""
+    if os.path.exists(os.path.join(path, filenames.META)) or not os.path.isdir(path):
+        return
+    names = sorted(
+        name
+        for name in os.listdir(path)
+        if not name.startswith(".") and os.path.exists(os.path.join(path, name, filenames.META))
+    )
+    if names:
+        raise NotALogError(
+            f"not a log, but a directory of logs ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''}) not named {PARTITION_PREFIX}<N>: open one "
+            f"of them ({os.path.join(path, names[0])}), or name them {PARTITION_PREFIX}0, "
+            f"{PARTITION_PREFIX}1, ... to read them as one table (keys routed by "
+            "compactlog.routing)",
+            path=path,
+        )
+
+
 __all__ = [
     "PARTITION_COLUMN",
     "PARTITION_PREFIX",
+    "check_log_or_partitioned",
     "is_partitioned",
     "list_partitions",
     "partition_dir",

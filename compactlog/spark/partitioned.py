@@ -9,9 +9,10 @@ log (latest mode is per log, which is the whole truth when each key lives in one
 the writer guarantees).
 
 Writing with ``.option("numLogs", N)`` hashes each key to one of ``N`` logs
-(:func:`key_partitions`: 64-bit FNV-1a of the key bytes, modulo ``N``; stable across
-versions and machines, so a key always lands in the same log and compaction keeps working).
-A null key goes to partition 0. ``N`` is fixed once the directory exists: writing with a
+(:func:`compactlog.routing.key_partitions`: 64-bit FNV-1a of the key bytes, modulo ``N``;
+stable across versions and machines, so a key always lands in the same log and compaction
+keeps working; applications route by the same module without Spark). A null key goes to
+partition 0. ``N`` is fixed once the directory exists: writing with a
 different ``N`` is refused (it would send keys to other logs).
 """
 
@@ -29,6 +30,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommi
 from .. import filenames
 from ..arrow.encode import log_encoding
 from ..errors import ConfigError, WriteRefusedByModeError
+from ..routing import fnv1a64, key_partitions
 from .logdirs import (
     PARTITION_COLUMN,
     is_partitioned,
@@ -46,9 +48,6 @@ from .writer import (
     stage_task,
     start_job,
 )
-
-FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-FNV_PRIME = np.uint64(0x100000001B3)
 
 
 def prepare_partitioned(table: str, count: int) -> list[str]:
@@ -73,36 +72,6 @@ def prepare_partitioned(table: str, count: int) -> list[str]:
         if not os.path.exists(os.path.join(directory, filenames.META)):
             open_log(directory).close()
     return directories
-
-
-def fnv1a64(key: bytes) -> int:
-    """The reference definition of the key hash (the vectorized one must agree)."""
-    h = int(FNV_OFFSET)
-    for byte in key:
-        h = ((h ^ byte) * int(FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def key_partitions(keys: pa.Array, count: int) -> np.ndarray:
-    """The log (``0..count-1``) of every key of a ``binary`` Arrow array: FNV-1a 64 of its
-    bytes modulo ``count``; null keys go to 0. Vectorized over keys, one step per byte
-    position of the longest key."""
-    n = len(keys)
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    ends = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + n + 1]
-    data_buffer = keys.buffers()[2]
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0)
-    starts = ends[:-1].astype(np.int64)
-    lengths = (ends[1:] - ends[:-1]).astype(np.int64)
-    h = np.full(n, FNV_OFFSET, dtype=np.uint64)
-    for position in range(int(lengths.max(initial=0))):
-        live = np.flatnonzero(lengths > position)
-        h[live] = (h[live] ^ data[starts[live] + position].astype(np.uint64)) * FNV_PRIME
-    result = (h % np.uint64(count)).astype(np.int32)
-    if keys.null_count:
-        result[keys.is_null().to_numpy(zero_copy_only=False)] = 0
-    return result
 
 
 # -- writing --------------------------------------------------------------------------

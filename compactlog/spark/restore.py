@@ -20,7 +20,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -137,15 +138,13 @@ def restore(
         rows=0,
         value_format=value_format,
         value_schema=value_schema,
+        engine=engine,
         created_ms=time.time_ns() // 1_000_000,
         partitions=partitions,
     )
     previous = read_result(output)
     if previous is not None and result.same_state(previous):
-        result.rows = int(previous.get("rows", 0))
-        result.skipped = True
-        result.seconds = time.perf_counter() - started
-        return result
+        return _up_to_date(result, previous, started)
     if os.path.exists(output) and previous is None:
         raise ConfigError(
             f"output {output} exists and is not a compactlog restore (no {RESULT_FILE}); "
@@ -159,10 +158,7 @@ def restore(
             manifest.end_offset if as_of is None else min(as_of, manifest.end_offset)
         )
         if previous is not None and result.same_state(previous):
-            result.rows = int(previous.get("rows", 0))
-            result.skipped = True
-            result.seconds = time.perf_counter() - started
-            return result
+            return _up_to_date(result, previous, started)
         if engine == "auto":
             engine = choose_engine(
                 format=format,
@@ -197,6 +193,16 @@ def restore(
     finally:
         if own_snapshot:
             shutil.rmtree(snapshot_dir, ignore_errors=True)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _up_to_date(result: RestoreResult, previous: dict[str, Any], started: float) -> RestoreResult:
+    """``result`` of a restore that found ``output`` holding this state already: nothing
+    written, and the rows and engine are those of the restore that wrote it."""
+    result.rows = int(previous.get("rows", 0))
+    result.engine = str(previous.get("engine", result.engine))
+    result.skipped = True
     result.seconds = time.perf_counter() - started
     return result
 
@@ -363,8 +369,33 @@ def _write_with_spark(spark: Any, read: ReadOptions, directory: str, format: str
     writer = df.write.format(format).mode("error")
     if format == "csv":
         writer = writer.option("escape", '"')  # RFC 4180 quotes, as the Arrow engine writes
-    writer.save(directory)
+    with _session_conf(spark, PARQUET_TIMESTAMPS):
+        writer.save(directory)
     return _count_rows(spark, directory, format, df.schema)
+
+
+# Parquet timestamps as the Arrow engine (and pyarrow, pandas, polars) writes them: INT64
+# microseconds adjusted to UTC, not Spark's default INT96 (deprecated in Parquet; pandas
+# reads it as datetime64[ns], the Arrow engine's file as datetime64[us, UTC]). Spark takes
+# it from the session only, not as a writer option: set for the write, then put back.
+PARQUET_TIMESTAMPS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+
+@contextmanager
+def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in ``spark``'s session config while the block runs (a session that
+    was given to us gets its own values back after)."""
+    before = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
 
 
 def _count_rows(spark: Any, directory: str, format: str, schema: Any) -> int:

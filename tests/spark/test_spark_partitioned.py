@@ -1,46 +1,24 @@
 """A directory of ``partition-<N>`` logs read and written as one table.
 
-The key hash is pinned (FNV-1a 64, vectorized equals the reference); the directory's shape
-is checked before writing; written keys land in exactly the log their hash names; a read
+(The key hash is pinned in ``tests/test_routing.py``.) The directory's shape is checked
+before writing; written keys land in exactly the log their hash names; a read
 of the directory equals the union of its logs, with the ``partition`` column, in changelog
 and latest mode.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import compactlog
 from compactlog.errors import ConfigError
+from compactlog.routing import partition_for
 from compactlog.spark.partitioned import (
-    fnv1a64,
     is_partitioned,
-    key_partitions,
     list_partitions,
     partition_dir,
     prepare_partitioned,
 )
-
-
-def test_the_key_hash_is_fnv1a_64():
-    assert fnv1a64(b"") == 0xCBF29CE484222325
-    assert fnv1a64(b"a") == 0xAF63DC4C8601EC8C
-    assert fnv1a64(b"foobar") == 0x85944171F73967E8
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=60),
-    st.integers(1, 17),
-    st.integers(0, 5),
-)
-def test_vectorized_partitions_equal_the_reference(keys, count, skip):
-    array = pa.array(keys, type=pa.binary()).slice(min(skip, len(keys)))
-    expected = [0 if k is None else fnv1a64(k) % count for k in keys[min(skip, len(keys)) :]]
-    assert key_partitions(array, count).tolist() == expected
 
 
 def test_the_directory_shape_is_checked_before_writing(tmp_path):
@@ -72,7 +50,7 @@ def test_written_keys_land_in_their_hashed_log_and_the_directory_reads_as_their_
     assert sorted(per_log) == [0, 1, 2]
     assert sorted((r.key, r.value) for recs in per_log.values() for r in recs) == sorted(rows)
     for number, recs in per_log.items():
-        assert all(fnv1a64(r.key) % 3 == number for r in recs)
+        assert all(partition_for(r.key, 3) == number for r in recs)
         assert recs  # 40 keys over 3 logs: none is empty
 
     changelog = spark.read.format("compactlog").option("mode", "changelog").load(table)

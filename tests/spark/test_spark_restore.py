@@ -191,3 +191,43 @@ def test_the_arrow_and_spark_engines_write_equal_tables(
     for engine in ("spark", "arrow"):
         document = json.loads((tmp_path / engine / RESULT_FILE).read_bytes())
         assert document["engine"] == engine and document["rows"] == results[engine].rows
+
+
+@pytest.mark.parametrize("value_format, value_schema", [("binary", None), ("json", "id INT")])
+def test_the_two_engines_write_one_parquet_schema(spark, tmp_path, value_format, value_schema):
+    """Regression: Spark wrote INT96 timestamps (pandas: datetime64[ns]) where the Arrow
+    engine writes INT64 microseconds in UTC (pandas: datetime64[us, UTC])."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    build_log(tmp_path / "log", records=300, keys=40)
+    schemas, tables = {}, {}
+    for engine in ("spark", "arrow"):
+        restore(
+            tmp_path / "log",
+            tmp_path / engine,
+            value_format=value_format,
+            value_schema=value_schema,
+            engine=engine,
+            spark=spark if engine == "spark" else None,
+        )
+        files = sorted(
+            p for p in (tmp_path / engine).iterdir() if p.suffix == ".parquet" and p.stat().st_size
+        )
+        found = {pq.read_schema(p).remove_metadata() for p in files}
+        assert len(found) == 1
+        schemas[engine] = found.pop()
+        table = pq.read_table(files).replace_schema_metadata()
+        tables[engine] = table.sort_by("offset")
+    assert schemas["spark"].equals(schemas["arrow"]), (schemas["spark"], schemas["arrow"])
+    assert schemas["arrow"].field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert tables["spark"].equals(tables["arrow"])
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"  # put back
+
+
+def test_an_up_to_date_restore_reports_the_engine_that_wrote_it(tmp_path):
+    build_log(tmp_path / "log", records=100, keys=10)
+    first = restore(tmp_path / "log", tmp_path / "out", engine="arrow")
+    again = restore(tmp_path / "log", tmp_path / "out", engine="arrow")
+    assert (first.engine, first.skipped) == ("arrow", False)
+    assert (again.engine, again.skipped) == ("arrow", True)

@@ -341,6 +341,19 @@ def test_a_null_key_on_a_compacted_log_is_refused_with_a_clear_error(spark, tmp_
     assert staging_leftovers(path) == []
 
 
+def test_a_value_that_is_not_json_is_refused_on_a_json_log(spark, tmp_path):
+    """The Spark writer's tasks encode with append_arrow's encoder, which checks the
+    declared formats: a reader of the log would stop at a value that is not JSON."""
+    path = str(tmp_path / "log")
+    with compactlog.open(path, value_format="json") as log:
+        log.append(b"a", 1)
+    df = spark.createDataFrame([(b"k1", '{"x": 1}'), (b"k2", "nope")], "key binary, value string")
+    with pytest.raises(Exception, match="the value b'nope' is not json"):
+        df.write.format("compactlog").mode("append").save(path)
+    assert [(r.key, r.value) for r in records(path)] == [(b"a", 1)]
+    assert staging_leftovers(path) == []
+
+
 def test_null_keys_staged_for_a_log_that_became_compacted_are_refused_at_commit(tmp_path):
     from compactlog.errors import InvalidRecordError
 
