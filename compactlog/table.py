@@ -54,13 +54,18 @@ from .serde import declared_formats, deserializers
 from .spark.logdirs import is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
+from .table_async import AppliedWaiters, open_in_thread
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
 from .table_memory import Change, MemoryStore, merged
 
 logger = logging.getLogger("compactlog.table")
 
 FOLLOWER_NAME = "~table"
-POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
+POLL_RECORDS = 1 << 16  # at most this many records applied per poll while following ...
+POLL_MIN_RECORDS = 1 << 10  # ... at least this many ...
+POLL_SLICE_S = 0.01  # ... else about as many as the follower applies in this time
+ORDER_STEP = 1 << 11  # keys put into the key order per hold of the lock
+ORDER_PAUSE_S = 0.0001  # between two: a reader's turn (``table_frozen.THAW_PAUSE_S``'s why)
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
 PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
 RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
@@ -150,6 +155,8 @@ class _Part:
         self.thread: threading.Thread | None = None
         self.thawer: threading.Thread | None = None  # builds a frozen state's dict
         self._thawing = threading.Lock()  # one builder at a time
+        self._applying = threading.Lock()  # one applier at a time (follower or refresh)
+        self.poll_records = POLL_RECORDS  # adapted to the follower's speed (:meth:`_pace`)
 
     @property
     def frozen(self) -> bool:
@@ -213,7 +220,7 @@ class _Part:
         with self.table._lock:
             self.store = store
             self.offset = self.settled = end
-            self.table._moved.notify_all()
+            self.table._notify()
         if self.subscriber is None:
             self.subscriber = log.subscribe(self._name, start=end)
         self.subscriber.seek(end)
@@ -262,43 +269,68 @@ class _Part:
     def poll(self, timeout_s: float) -> bool:
         """Apply what one poll returns (waiting up to ``timeout_s`` for it); ``True`` if
         the offset moved."""
-        table = self.table
-        self.thaw()
-        before = self.offset
-        batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
-        position = self.subscriber.position
-        if position == before:
-            return False
-        if self._fell_behind(before, batches):
-            self.table._rebuilt(self, before)
-            return True
-        changes: list[Change] | None = [] if table._callbacks else None
-        with table._lock:
+        with self._applying:
+            table = self.table
+            self.thaw()
+            before = self.offset
+            batches = self.subscriber.poll_batches(self.poll_records, timeout_s=timeout_s)
+            position = self.subscriber.position
+            if position == before:
+                return False
+            if self._fell_behind(before, batches):
+                self.table._rebuilt(self, before)
+                return True
+            started = time.perf_counter()
+            changes: list[Change] | None = [] if table._callbacks else None
             self._apply(batches, changes, position)
-            self.offset = position
-        if changes:
-            table._emit(changes)
-        with table._lock:
-            self.settled = position  # wait_for returns once the callbacks ran too
-            table._moved.notify_all()
-        return True
+            if changes:
+                table._emit(changes)
+            with table._lock:
+                self.settled = position  # wait_for returns once the callbacks ran too
+                table._notify()
+            self._pace(sum(map(len, batches)), time.perf_counter() - started)
+            return True
 
     def _apply(self, batches: list[Any], changes: list[Change] | None, position: int) -> None:
+        """Apply ``batches`` and move the offset to ``position``. The work is done without
+        the table's lock (deserializing, looking up old values; a disk store's puts go
+        into its write transaction, which readers do not see); only making it visible
+        holds the lock, so a read waits for a few dict updates or one LMDB commit, never
+        for a whole poll. Readers see the state before or after, never a part of it."""
         store = self.store
+        table = self.table
         if isinstance(store, MemoryStore):
-            for batch in batches:
-                store.apply(batch, changes)
-            return
+            pending = store.prepare(batches, changes)
+            with table._lock:
+                store.publish(pending)
+                self.offset = position
+            while True:  # the key order, in steps (an ordered read does the rest first)
+                with table._lock:
+                    if store.fold_order(ORDER_STEP):
+                        return
+                time.sleep(ORDER_PAUSE_S)
         while True:
             try:
                 for batch in batches:
                     store.apply(batch, changes)
-                store.commit(position)
+                with table._lock:
+                    store.commit(position)
+                    self.offset = position
                 return
             except map_full_error():
-                store.grow()
+                with table._lock:
+                    store.grow()
                 if changes is not None:
                     changes.clear()
+
+    def _pace(self, records: int, seconds: float) -> None:
+        """Size the next poll so that it takes about :data:`POLL_SLICE_S` to apply: a
+        follower that is behind applies (and calls back) in slices of that, so a record's
+        change callback does not wait for 65k records after it."""
+        if records >= POLL_MIN_RECORDS:
+            per_second = records / max(seconds, 1e-6)
+            wanted = int(per_second * POLL_SLICE_S)
+            self.poll_records = min(POLL_RECORDS, max(POLL_MIN_RECORDS, wanted))
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""
@@ -326,7 +358,7 @@ class _Part:
                 logger.exception("table follower of %s stopped", self.log.directory)
                 with table._lock:
                     table._fatal = error
-                    table._moved.notify_all()
+                    table._notify(everyone=True)
                 return
 
     def close(self) -> None:
@@ -391,6 +423,7 @@ class Table(Mapping[Any, Any]):
         self._raw = raw
         self._lock = threading.RLock()
         self._moved = threading.Condition(self._lock)
+        self._waiters = AppliedWaiters()  # wait_for_async's coroutines
         self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
         self._error: BaseException | None = None  # a callback's, raised once
         self._fatal: BaseException | None = None  # the follower's, raised by every read
@@ -423,6 +456,17 @@ class Table(Mapping[Any, Any]):
         except BaseException:
             self.close()
             raise
+
+    @classmethod
+    async def open_async(cls, path: str | os.PathLike[str], **options: Any) -> Table:
+        """``Table(path, **options)`` for asyncio: the restore (seconds for millions of
+        keys) runs in the event loop's default executor, so the loop keeps running. A task
+        cancelled while it waits leaves no table open: it is closed when the restore ends."""
+        return await open_in_thread(lambda: cls(path, **options), Table.close)
+
+    async def close_async(self) -> None:
+        """:meth:`close` for asyncio (it joins the follower threads) in the executor."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def _new_store(self, log: Any) -> MemoryStore | DiskStore:
         key_deserializer, value_deserializer = self._key_deserializer, self._value_deserializer
@@ -482,23 +526,37 @@ class Table(Mapping[Any, Any]):
     async def wait_for_async(
         self, offset: int, timeout: float | None = None, *, partition: int | None = None
     ) -> None:
-        """:meth:`wait_for` for asyncio: waits on the log's inotify wake-up with the event
-        loop's reader (``compactlog.aio.wait_until``), no thread per waiter."""
-        from .aio import wait_until
-
+        """:meth:`wait_for` for asyncio: woken by the follower once it has applied
+        ``offset`` (:mod:`compactlog.table_async`), no thread per waiter."""
         part = self._part(partition)
         if not self.follow:  # (nobody else applies records: refresh in the loop's executor)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, lambda: self.wait_for(offset, timeout))
+            await loop.run_in_executor(
+                None, lambda: self.wait_for(offset, timeout, partition=partition)
+            )
             return
-        if not await wait_until(part.log.directory, lambda: part.settled > offset, timeout):
-            with self._lock:
-                self._raise_errors()
+
+        def ready() -> bool:
+            return (
+                part.settled > offset
+                or self._closing
+                or self._fatal is not None
+                or self._error is not None
+            )
+
+        applied = await self._waiters.wait(ready, timeout)
+        with self._lock:
+            self._raise_errors()
+        if not applied:
             raise TimeoutError(
                 f"table offset {part.settled} did not pass {offset} within {timeout} s"
             )
-        with self._lock:
-            self._raise_errors()
+
+    def _notify(self, everyone: bool = False) -> None:
+        """Wake the waiters (the caller holds the lock): the offset moved, or
+        (``everyone``) an error or a close."""
+        self._moved.notify_all()
+        self._waiters.wake(everyone)
 
     def refresh(self) -> None:
         """Apply every record appended so far (for ``follow=False``; with ``follow=True``
@@ -625,7 +683,7 @@ class Table(Mapping[Any, Any]):
         """Stop following and close the logs; reads then raise ``LogClosedError``."""
         self._closing = True
         with self._lock:
-            self._moved.notify_all()  # waiters raise LogClosedError
+            self._notify(everyone=True)  # waiters raise LogClosedError
         for part in self._parts:
             part.close()
 
