@@ -61,9 +61,9 @@ from .table_memory import Change, MemoryStore, merged
 logger = logging.getLogger("compactlog.table")
 
 FOLLOWER_NAME = "~table"
-POLL_RECORDS = 1 << 16  # at most this many records applied per poll while following ...
-POLL_MIN_RECORDS = 1 << 10  # ... at least this many ...
-POLL_SLICE_S = 0.01  # ... else about as many as the follower applies in this time
+POLL_RECORDS = 1 << 16  # records per poll while following (a larger batch is cut)
+SLICE_MIN_RECORDS = 1 << 10  # a poll is applied in slices of at least this many records ...
+SLICE_S = 0.01  # ... else about as many as the follower applies in this time
 ORDER_STEP = 1 << 11  # keys put into the key order per hold of the lock
 ORDER_PAUSE_S = 0.0001  # between two: a reader's turn (``table_frozen.THAW_PAUSE_S``'s why)
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
@@ -156,7 +156,7 @@ class _Part:
         self.thawer: threading.Thread | None = None  # builds a frozen state's dict
         self._thawing = threading.Lock()  # one builder at a time
         self._applying = threading.Lock()  # one applier at a time (follower or refresh)
-        self.poll_records = POLL_RECORDS  # adapted to the follower's speed (:meth:`_pace`)
+        self.slice_records = POLL_RECORDS  # adapted to the follower's speed (:meth:`_pace`)
 
     @property
     def frozen(self) -> bool:
@@ -273,7 +273,7 @@ class _Part:
             table = self.table
             self.thaw()
             before = self.offset
-            batches = self.subscriber.poll_batches(self.poll_records, timeout_s=timeout_s)
+            batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
             position = self.subscriber.position
             if position == before:
                 return False
@@ -281,15 +281,30 @@ class _Part:
                 self.table._rebuilt(self, before)
                 return True
             started = time.perf_counter()
-            changes: list[Change] | None = [] if table._callbacks else None
-            self._apply(batches, changes, position)
-            if changes:
-                table._emit(changes)
-            with table._lock:
-                self.settled = position  # wait_for returns once the callbacks ran too
-                table._notify()
+            for group, end in self._slices(batches, position):
+                changes: list[Change] | None = [] if table._callbacks else None
+                self._apply(group, changes, end)
+                if changes:
+                    table._emit(changes)
+                with table._lock:
+                    self.settled = end  # wait_for returns once the callbacks ran too
+                    table._notify()
             self._pace(sum(map(len, batches)), time.perf_counter() - started)
             return True
+
+    def _slices(self, batches: list[Any], position: int) -> Iterator[tuple[list[Any], int]]:
+        """``batches`` in groups of about :attr:`slice_records` records, each with the
+        offset applying it moves the table to. Cut only between batches: a batch (up to
+        :data:`POLL_RECORDS` records) is applied whole."""
+        group: list[Any] = []
+        records = 0
+        for number, batch in enumerate(batches):
+            group.append(batch)
+            records += len(batch)
+            if records >= self.slice_records and number < len(batches) - 1:
+                yield group, batch.next_offset
+                group, records = [], 0
+        yield group, position
 
     def _apply(self, batches: list[Any], changes: list[Change] | None, position: int) -> None:
         """Apply ``batches`` and move the offset to ``position``. The work is done without
@@ -324,13 +339,13 @@ class _Part:
                     changes.clear()
 
     def _pace(self, records: int, seconds: float) -> None:
-        """Size the next poll so that it takes about :data:`POLL_SLICE_S` to apply: a
-        follower that is behind applies (and calls back) in slices of that, so a record's
-        change callback does not wait for 65k records after it."""
-        if records >= POLL_MIN_RECORDS:
+        """Size the slices so that one takes about :data:`SLICE_S` to apply: a follower
+        that is behind publishes (and calls back) every slice, so a record's change
+        callback does not wait for the 65k records polled after it."""
+        if records >= SLICE_MIN_RECORDS:
             per_second = records / max(seconds, 1e-6)
-            wanted = int(per_second * POLL_SLICE_S)
-            self.poll_records = min(POLL_RECORDS, max(POLL_MIN_RECORDS, wanted))
+            wanted = int(per_second * SLICE_S)
+            self.slice_records = min(POLL_RECORDS, max(SLICE_MIN_RECORDS, wanted))
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""
