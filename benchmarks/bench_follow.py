@@ -64,7 +64,7 @@ while True:
         log.append(b"user:%011d" % key, stamp.pack(clock()) + pad)
     n += 1
 log.close()
-print(n, clock() - started, flush=True)
+print(n, clock() - started, time.process_time(), flush=True)
 """
 
 
@@ -124,6 +124,7 @@ def run(
                 child.stdin.write("go\n")
                 child.stdin.flush()
             started = clock()
+            cpu_started = time.process_time()
             # the table's offset while the writers write (sampled), then at their end
             offsets: list[tuple[float, int]] = []
             done = threading.Event()
@@ -135,15 +136,18 @@ def run(
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             written = 0
+            writer_cpu = 0.0
             for child in children:
                 assert child.stdout is not None
-                count, _elapsed = child.stdout.readline().split()
+                count, _elapsed, cpu = child.stdout.readline().split()
                 written += int(count)
+                writer_cpu += float(cpu)
                 child.wait()
             stopped = clock() - started
             behind = written - table.offset
             table.wait_for(written - 1, timeout=600)
             caught_up = clock() - started - stopped
+            table_cpu = time.process_time() - cpu_started
             done.set()
             sampler.join()
         applied_during = [offset for at, offset in offsets if at <= seconds]
@@ -160,6 +164,10 @@ def run(
             "behind_at_stop": behind,
             "catch_up_s": caught_up,
             "changes": len(latencies),
+            # CPU per record (independent of how loaded the machine is): keeping up with
+            # N writers on N + 1 cores takes table_cpu_us <= writer_cpu_us
+            "writer_cpu_us_per_record": writer_cpu / max(written, 1) * 1e6,
+            "table_cpu_us_per_record": table_cpu / max(written, 1) * 1e6,
             "latency_ms": {
                 "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
                 "p99": _percentile(latencies, 0.99) * 1000,
@@ -173,9 +181,66 @@ def run(
             f"{applied_rate / 1000:.1f}k/s while writing, {behind} behind at stop "
             f"(caught up in {caught_up * 1000:.0f} ms); append -> on_change p50 "
             f"{out['latency_ms']['p50']:.2f} ms, p99 {out['latency_ms']['p99']:.1f} ms, "
-            f"max {out['latency_ms']['max']:.0f} ms"
+            f"max {out['latency_ms']['max']:.0f} ms; CPU per record: writer "
+            f"{out['writer_cpu_us_per_record']:.1f} us, "
+            f"table {out['table_cpu_us_per_record']:.1f} us"
         )
         return out
+
+
+BATCHER = """
+import sys, compactlog
+with compactlog.open(sys.argv[1]) as log:
+    print(log.append_batch([(f"user:{i:011d}", {"n": i, "name": "n" * 60})
+                            for i in range(int(sys.argv[2]))])[-1])
+"""
+
+
+def get_during_apply(
+    records: int = 50_000, store: str = "memory", root: str | None = None
+) -> dict[str, float]:
+    """The longest ``table.get`` while the follower applies one batch of ``records`` JSON
+    records (appended by another process over as many keys already in the table), and the
+    time until the table has applied it."""
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        directory = os.path.join(scratch, "log")
+        formats = {"key_format": "str", "value_format": "json"}
+        with compactlog.open(directory, **formats) as log:
+            log.append_batch([(f"user:{i:011d}", {"n": -1}) for i in range(records)])
+        options: dict[str, Any] = {}
+        if store == "disk":
+            options = {"store": "disk", "state_dir": os.path.join(scratch, "state")}
+        key: Any = "user:00000000007"
+        if store == "disk":  # (keys as stored bytes: see docs/tables.md)
+            key = key.encode()
+        with compactlog.Table(directory, **options) as table:
+            longest = 0.0
+            done = threading.Event()
+
+            def read() -> None:
+                nonlocal longest
+                clock = time.perf_counter
+                while not done.is_set():
+                    started = clock()
+                    table.get(key)
+                    longest = max(longest, clock() - started)
+                    time.sleep(0.0002)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            started = time.perf_counter()
+            out = subprocess.run(
+                [sys.executable, "-c", BATCHER, directory, str(records)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            table.wait_for(int(out.stdout), timeout=600)
+            applied = time.perf_counter() - started
+            done.set()
+            reader.join()
+            assert table[key]["n"] == 7
+    return {"longest_get_ms": longest * 1000, "append_and_apply_ms": applied * 1000}
 
 
 def main() -> None:
@@ -188,7 +253,17 @@ def main() -> None:
     parser.add_argument("--store", choices=["memory", "disk"], default="memory")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--root", default=None)
+    parser.add_argument(
+        "--get-during-apply", type=int, default=0, help="N: the longest get during an apply of N"
+    )
     args = parser.parse_args()
+    if args.get_during_apply:
+        got = get_during_apply(args.get_during_apply, args.store, root=args.root)
+        print(
+            f"{args.store} table, a batch of {args.get_during_apply} JSON records: longest get "
+            f"{got['longest_get_ms']:.1f} ms (append + apply {got['append_and_apply_ms']:.0f} ms)"
+        )
+        return
     out = run(
         args.writers, args.rate, args.seconds, args.keys, args.values, args.store, root=args.root
     )
@@ -200,4 +275,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["run"]
+__all__ = ["get_during_apply", "run"]
