@@ -25,11 +25,16 @@ durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
 table had not applied yet (it fell below the log start), the table restores that log again
 and logs a warning (:attr:`Table.rebuilds` counts them).
 
-Consistency: one lock. The follower applies everything one poll returned, and moves the
-offset, holding the table's lock; every read holds it too. So a read sees the state of one
-offset. Iteration and range reads copy the keys (and values) of their range while holding
-the lock, then iterate the copy: an iteration running while the follower applies changes
-never raises and never mixes two states (it shows the state of the moment it started).
+Consistency: a read sees the state of one offset, and never waits for the follower's work.
+The follower works out a slice of a poll (:meth:`_Part._apply`: deserializing, old values,
+the size bound; a disk store's puts into its write transaction) without the table's lock,
+then publishes it and moves the offset in one hold of the lock (a few dict updates, or one
+LMDB commit); every read holds the lock too, so it sees the state before or after a slice.
+Slices are cut between batches only (:meth:`_Part._slices`), so a batch of up to
+``POLL_RECORDS`` records is never seen in part. Iteration and range reads copy the keys
+(and values) of their range while holding the lock, then iterate the copy: an iteration
+running while the follower applies changes never raises and never mixes two states (it
+shows the state of the moment it started). asyncio: :mod:`compactlog.table_async`.
 
 Change callbacks (:meth:`Table.on_change`) run on the follower's thread, after the poll's
 changes are applied, in offset order. An exception in one is logged on the
