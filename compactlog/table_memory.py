@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -143,29 +144,31 @@ class MemoryStore:
             return
         data = self.data
         sizes = self.sizes
-        for i, key in enumerate(keys):
-            raw = values[i]
-            old = puts.get(key, _MISSING)
+        puts_get, data_get = puts.get, data.get  # (bound once: the loop runs per record)
+        add = None if changes is None else changes.append
+        ats = offsets if offsets is not None else repeat(0, len(keys))
+        for key, raw, raw_key, at in zip(keys, values, raw_keys, ats, strict=True):
+            old = puts_get(key, _MISSING)
             if old is _MISSING:
-                old = data.get(key, _MISSING)
+                old = data_get(key, _MISSING)
             elif old is _REMOVED:
                 old = _MISSING
             if raw is None:
-                if old is not _MISSING:
-                    puts[key] = _REMOVED
-                    pending.tombstones = True
-                    if sizes is not None:
-                        pending.bytes_used -= self._size(pending, key)
-                        pending.sizes[key] = 0
+                if old is _MISSING:
+                    continue  # (a tombstone of an absent key changes nothing)
+                puts[key] = _REMOVED
+                pending.tombstones = True
+                if sizes is not None:
+                    pending.bytes_used -= self._size(pending, key)
+                    pending.sizes[key] = 0
                 value = None
             else:
                 value = raw if deserialize is None else deserialize(raw)
                 if sizes is not None:
-                    self._grow(pending, key, len(raw_keys[i]) + len(raw) + ENTRY_OVERHEAD)
+                    self._grow(pending, key, len(raw_key) + len(raw) + ENTRY_OVERHEAD)
                 puts[key] = value
-            if changes is not None and (old is not _MISSING or raw is not None):
-                assert offsets is not None
-                changes.append((key, None if old is _MISSING else old, value, offsets[i]))
+            if add is not None:
+                add((key, None if old is _MISSING else old, value, at))
 
     def _grow(self, pending: Pending, key: Any, size: int) -> None:
         """Count ``key`` at ``size`` bytes in ``pending``; ``TableFullError`` past the bound."""
