@@ -221,14 +221,15 @@ class MemoryStore:
         while todo and budget:
             added, removed = todo[0]  # (disjoint: the order within one item is free)
             keys = added or removed
-            take = keys if budget < 0 or budget >= len(keys) else keys[:budget]
+            count = len(keys) if budget < 0 else min(budget, len(keys))
             if keys is added:
-                self.order.update(take)
+                self.order.update(keys[:count])
             else:
-                for key in take:
+                for key in keys[:count]:
                     self.order.discard(key)
-            del keys[: len(take)]
-            budget = max(budget - len(take), 0) if budget > 0 else budget
+            del keys[:count]
+            if budget > 0:
+                budget -= count
             if not added and not removed:
                 todo.pop(0)
         return not todo
