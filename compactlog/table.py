@@ -324,11 +324,12 @@ class _Part:
             with table._lock:
                 store.publish(pending)
                 self.offset = position
-            while True:  # the key order, in steps (an ordered read does the rest first)
+            while store.unordered:  # the key order, in steps (an ordered read: all first)
                 with table._lock:
                     if store.fold_order(ORDER_STEP):
                         return
                 time.sleep(ORDER_PAUSE_S)
+            return
         while True:
             try:
                 for batch in batches:

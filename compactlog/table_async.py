@@ -38,7 +38,11 @@ class AppliedWaiters:
 
     def wake(self, everyone: bool = False) -> None:
         """Wake the waiters whose condition holds now (``everyone``: all of them, to see
-        an error or a close). Called from any thread."""
+        an error or a close). Called from any thread, after the change that makes a
+        condition hold: a waiter registers before it checks, so one that this (unlocked)
+        look at the set misses sees the change itself."""
+        if not self._waiters:
+            return
         with self._lock:
             waiters = list(self._waiters)
         for loop, future, ready in waiters:

@@ -209,6 +209,11 @@ class MemoryStore:
         if self.order is not None and (pending.added or pending.removes):
             self._unordered.append((pending.added, pending.removes))
 
+    @property
+    def unordered(self) -> bool:
+        """Whether published changes wait to be put into the key order."""
+        return bool(self._unordered)
+
     def fold_order(self, step: int | None = None) -> bool:
         """Bring the key order up to date by at most ``step`` keys (``None``: all), in
         the order the changes were published; ``True`` once it is. The caller holds the
