@@ -66,3 +66,15 @@ def test_table_benchmark_checks_what_each_system_built(tmp_path: Path) -> None:
     assert set(result["summary"]) >= {"Table restore", "latest_batches()", "follow latency"}
     disk = bench_table.run_disk(3000, root=str(tmp_path), say=lambda line: None)
     assert disk["get_per_s"] > 0 and disk["restart_10k_s"] > 0
+
+
+def test_follow_benchmark_counts_every_change_and_the_longest_get(tmp_path: Path) -> None:
+    from benchmarks import bench_follow
+
+    out = bench_follow.run(
+        1, 2000, 0.5, keys=100, values="json", root=str(tmp_path), say=lambda line: None
+    )
+    assert out["written"] > 0 and out["changes"] == out["written"]
+    assert out["behind_at_stop"] >= 0 and out["latency_ms"]["p99"] >= 0
+    got = bench_follow.get_during_apply(2000, "disk", root=str(tmp_path))
+    assert got["longest_get_ms"] >= 0
