@@ -285,8 +285,12 @@ class _Part:
             if self._fell_behind(before, batches):
                 self.table._rebuilt(self, before)
                 return True
-            started = time.perf_counter()
-            for group, end in self._slices(batches, position):
+            records = sum(map(len, batches))
+            started = time.perf_counter() if records >= SLICE_MIN_RECORDS else 0.0
+            slices = [(batches, position)]
+            if records > self.slice_records:
+                slices = list(self._slices(batches, position))
+            for group, end in slices:
                 changes: list[Change] | None = [] if table._callbacks else None
                 self._apply(group, changes, end)
                 if changes:
@@ -294,13 +298,15 @@ class _Part:
                 with table._lock:
                     self.settled = end  # wait_for returns once the callbacks ran too
                     table._notify()
-            self._pace(sum(map(len, batches)), time.perf_counter() - started)
+            if started:
+                self._pace(records, time.perf_counter() - started)
             return True
 
     def _slices(self, batches: list[Any], position: int) -> Iterator[tuple[list[Any], int]]:
         """``batches`` in groups of about :attr:`slice_records` records, each with the
         offset applying it moves the table to. Cut only between batches: a batch (up to
-        :data:`POLL_RECORDS` records) is applied whole."""
+        :data:`POLL_RECORDS` records) is applied whole, and so is a run of small batches
+        that the reader returns as one (single appends, ``small_runs.py``)."""
         group: list[Any] = []
         records = 0
         for number, batch in enumerate(batches):
@@ -347,11 +353,11 @@ class _Part:
     def _pace(self, records: int, seconds: float) -> None:
         """Size the slices so that one takes about :data:`SLICE_S` to apply: a follower
         that is behind publishes (and calls back) every slice, so a record's change
-        callback does not wait for the 65k records polled after it."""
-        if records >= SLICE_MIN_RECORDS:
-            per_second = records / max(seconds, 1e-6)
-            wanted = int(per_second * SLICE_S)
-            self.slice_records = min(POLL_RECORDS, max(SLICE_MIN_RECORDS, wanted))
+        callback does not wait for the 65k records polled after it. Measured on polls of
+        at least :data:`SLICE_MIN_RECORDS` records (smaller ones are applied whole)."""
+        per_second = records / max(seconds, 1e-6)
+        wanted = int(per_second * SLICE_S)
+        self.slice_records = min(POLL_RECORDS, max(SLICE_MIN_RECORDS, wanted))
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""

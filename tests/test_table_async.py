@@ -232,3 +232,24 @@ def test_open_async_takes_the_tables_options(tmp_path):
             await table.close_async()
 
     asyncio.run(main())
+
+
+def test_a_backlog_is_published_and_called_back_slice_by_slice_cut_between_batches(tmp_path):
+    """A poll of many batches is applied in slices (here of at least 2 records): each
+    slice is published (``table.offset`` at its batch's end) before its change callbacks
+    run, and no batch is cut. (Batches of 10 records: a reader takes a run of smaller
+    ones, single appends, as one batch.)"""
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"start", b"-")
+        with compactlog.Table(tmp_path / "log", follow=False) as table:
+            table._parts[0].slice_records = 2  # (private: the follower sizes it from its speed)
+            seen = []
+            table.on_change(lambda key, old, new, offset: seen.append((offset, table.offset)))
+            ends = [
+                log.append_batch([(b"k%d-%d" % (i, j), b"v") for j in range(10)])[-1] + 1
+                for i in range(4)
+            ]
+            table.refresh()
+    assert [offset for offset, _ in seen] == list(range(1, 41))
+    for offset, published in seen:
+        assert published == next(end for end in ends if end > offset)
