@@ -28,11 +28,16 @@ tombstone it had not applied yet (it fell more than ``delete_retention_ms`` behi
 (:attr:`Table.rebuilds` counts them). A disk store resumes from its committed offset only
 when that is still a state of the log (the same decision module).
 
-Consistency: one lock. The follower applies everything one poll returned, and moves the
-offset, holding the table's lock; every read holds it too. So a read sees the state of one
-offset. Iteration and range reads copy the keys (and values) of their range while holding
-the lock, then iterate the copy: an iteration running while the follower applies changes
-never raises and never mixes two states (it shows the state of the moment it started).
+Consistency: a read sees the state of one offset, and never waits for the follower's work.
+The follower works out a slice of a poll (:meth:`_Part._apply`: deserializing, old values,
+the size bound; a disk store's puts into its write transaction) without the table's lock,
+then publishes it and moves the offset in one hold of the lock (a few dict updates, or one
+LMDB commit); every read holds the lock too, so it sees the state before or after a slice.
+Slices are cut between batches only (:meth:`_Part._slices`), so a batch of up to
+``POLL_RECORDS`` records is never seen in part. Iteration and range reads copy the keys
+(and values) of their range while holding the lock, then iterate the copy: an iteration
+running while the follower applies changes never raises and never mixes two states (it
+shows the state of the moment it started). asyncio: :mod:`compactlog.table_async`.
 
 Change callbacks (:meth:`Table.on_change`) run on the follower's thread, after the poll's
 changes are applied, in offset order. An exception in one is logged on the
@@ -69,6 +74,7 @@ from .serde import Deserializer, Side, declared_formats, side, undecodable
 from .spark.logdirs import check_log_or_partitioned, is_partitioned, list_partitions
 from .state_files import read_meta
 from .subscriber import set_committed
+from .table_async import AppliedWaiters, open_in_thread
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
 from .table_identity import (
     FOREIGN_STATE_POLICIES,
@@ -83,7 +89,11 @@ from .table_memory import Change, MemoryStore, merged
 logger = logging.getLogger("compactlog.table")
 
 FOLLOWER_NAME = "~table"
-POLL_RECORDS = 1 << 16  # records applied per hold of the lock while following
+POLL_RECORDS = 1 << 16  # records per poll while following (a larger batch is cut)
+SLICE_MIN_RECORDS = 1 << 10  # a poll is applied in slices of at least this many records ...
+SLICE_S = 0.01  # ... else about as many as the follower applies in this time
+ORDER_STEP = 1 << 11  # keys put into the key order per hold of the lock
+ORDER_PAUSE_S = 0.0001  # between two: a reader's turn (``table_frozen.THAW_PAUSE_S``'s why)
 POLL_WAIT_S = 1.0  # a follower's wait per poll (it wakes at once on an append or a close)
 PROGRESS_EVERY_S = 5.0  # restore progress log lines at most this often
 RESTORE_ATTEMPTS = 5  # restores in a row that retention overlapped, before keeping one
@@ -162,6 +172,8 @@ class _Part:
         self.thawer: threading.Thread | None = None  # builds a frozen state's dict
         self._thawing = threading.Lock()  # one builder at a time
         self.horizon = HorizonWatch(directory)  # expired deletes past the follower
+        self._applying = threading.Lock()  # one applier at a time (follower or refresh)
+        self.slice_records = POLL_RECORDS  # adapted to the follower's speed (:meth:`_pace`)
 
     @property
     def frozen(self) -> bool:
@@ -234,7 +246,7 @@ class _Part:
         with self.table._lock:
             self.store = store
             self.offset = self.settled = end
-            self.table._moved.notify_all()
+            self.table._notify()
         if self.subscriber is None:
             self.subscriber = log.subscribe(self._name, start=end)
         self.subscriber.seek(end)
@@ -311,50 +323,109 @@ class _Part:
     def poll(self, timeout_s: float) -> bool:
         """Apply what one poll returns (waiting up to ``timeout_s`` for it); ``True`` if
         the offset moved."""
-        table = self.table
-        self.thaw()
-        before = self.offset
-        batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
-        position = self.subscriber.position
-        if position == before:
-            return False
-        if self._fell_behind(before, batches):
-            self.table._rebuilt(self, before)
+        with self._applying:
+            table = self.table
+            self.thaw()
+            before = self.offset
+            batches = self.subscriber.poll_batches(POLL_RECORDS, timeout_s=timeout_s)
+            position = self.subscriber.position
+            if position == before:
+                return False
+            if self._fell_behind(before, batches):
+                self.table._rebuilt(self, before)
+                return True
+            missed = self.horizon.missed(before, time.monotonic())
+            if missed is not None:  # (table_identity.py, rule 4)
+                self.restore(
+                    f"the cleaner removed expired tombstones below offset {missed}, past the "
+                    f"table's offset {before} (it fell more than delete_retention_ms behind)"
+                )
+                return True
+            records = sum(map(len, batches))
+            started = time.perf_counter() if records >= SLICE_MIN_RECORDS else 0.0
+            slices = [(batches, position)]
+            if records > self.slice_records:
+                slices = list(self._slices(batches, position))
+            for group, end in slices:
+                changes: list[Change] | None = [] if table._callbacks else None
+                self._apply(group, changes, end)
+                if changes:
+                    table._emit(changes)
+                with table._lock:
+                    self.settled = end  # wait_for returns once the callbacks ran too
+                    table._notify()
+            if started:
+                self._pace(records, time.perf_counter() - started)
             return True
-        missed = self.horizon.missed(before, time.monotonic())
-        if missed is not None:  # (table_identity.py, rule 4)
-            self.restore(
-                f"the cleaner removed expired tombstones below offset {missed}, past the "
-                f"table's offset {before} (it fell more than delete_retention_ms behind)"
-            )
-            return True
-        changes: list[Change] | None = [] if table._callbacks else None
-        with table._lock:
-            self._apply(batches, changes, position)
-            self.offset = position
-        if changes:
-            table._emit(changes)
-        with table._lock:
-            self.settled = position  # wait_for returns once the callbacks ran too
-            table._moved.notify_all()
-        return True
+
+    def _slices(self, batches: list[Any], position: int) -> Iterator[tuple[list[Any], int]]:
+        """``batches`` in groups of about :attr:`slice_records` records, each with the
+        offset applying it moves the table to. Cut only between batches: a batch (up to
+        :data:`POLL_RECORDS` records) is applied whole, and so is a run of small batches
+        that the reader returns as one (single appends, ``small_runs.py``)."""
+        group: list[Any] = []
+        records = 0
+        for number, batch in enumerate(batches):
+            group.append(batch)
+            records += len(batch)
+            if records >= self.slice_records and number < len(batches) - 1:
+                yield group, batch.next_offset
+                group, records = [], 0
+        yield group, position
 
     def _apply(self, batches: list[Any], changes: list[Change] | None, position: int) -> None:
+        """Apply ``batches`` and move the offset to ``position``. The work is done without
+        the table's lock (deserializing, looking up old values; a disk store's puts go
+        into its write transaction, which readers do not see); only making it visible
+        holds the lock, so a read waits for a few dict updates or one LMDB commit, never
+        for a whole poll. Readers see the state before or after, never a part of it."""
         store = self.store
+        table = self.table
         if isinstance(store, MemoryStore):
-            for batch in batches:
-                self._apply_batch(store, batch, changes)
+            pending = self._prepared(store, batches, changes)
+            with table._lock:
+                store.publish(pending)
+                self.offset = position
+            while store.unordered:  # the key order, in steps (an ordered read: all first)
+                with table._lock:
+                    if store.fold_order(ORDER_STEP):
+                        return
+                time.sleep(ORDER_PAUSE_S)
             return
         while True:
             try:
                 for batch in batches:
                     self._apply_batch(store, batch, changes)
-                store.commit(position)
+                with table._lock:
+                    store.commit(position)
+                    self.offset = position
                 return
             except map_full_error():
-                store.grow()
+                with table._lock:
+                    store.grow()
                 if changes is not None:
                     changes.clear()
+
+    def _prepared(
+        self, store: MemoryStore, batches: list[Any], changes: list[Change] | None
+    ) -> Any:
+        """``store.prepare`` under the table's ``on_decode_error`` policy: a memory store
+        decodes as it prepares, so batches are looked at again only when that fails
+        (preparing changes nothing), and prepared again without their undecodable records."""
+        try:
+            return store.prepare(batches, changes)
+        except Exception:
+            found = False
+            kept = []
+            for batch in batches:
+                bad = undecodable(batch, self.key, self.value, self.log.directory)
+                found = found or bool(bad)
+                kept.append(self.table._decodable(self, batch, bad) if bad else batch)
+            if not found:
+                raise
+            if changes is not None:
+                changes.clear()
+            return store.prepare(kept, changes)
 
     def _apply_batch(
         self, store: MemoryStore | DiskStore, batch: Any, changes: list[Change] | None
@@ -372,6 +443,15 @@ class _Part:
             if not bad:
                 raise
             store.apply(self.table._decodable(self, batch, bad), changes)
+
+    def _pace(self, records: int, seconds: float) -> None:
+        """Size the slices so that one takes about :data:`SLICE_S` to apply: a follower
+        that is behind publishes (and calls back) every slice, so a record's change
+        callback does not wait for the 65k records polled after it. Measured on polls of
+        at least :data:`SLICE_MIN_RECORDS` records (smaller ones are applied whole)."""
+        per_second = records / max(seconds, 1e-6)
+        wanted = int(per_second * SLICE_S)
+        self.slice_records = min(POLL_RECORDS, max(SLICE_MIN_RECORDS, wanted))
 
     def _fell_behind(self, before: int, batches: list[Any]) -> bool:
         """Retention removed offsets from ``before`` on that the table never applied."""
@@ -399,7 +479,7 @@ class _Part:
                 logger.exception("table follower of %s stopped", self.log.directory)
                 with table._lock:
                     table._fatal = error
-                    table._moved.notify_all()
+                    table._notify(everyone=True)
                 return
 
     def close(self) -> None:
@@ -485,6 +565,7 @@ class Table(Mapping[Any, Any]):
         self.skipped_count = 0
         self._lock = threading.RLock()
         self._moved = threading.Condition(self._lock)
+        self._waiters = AppliedWaiters()  # wait_for_async's coroutines
         self._callbacks: list[Callable[[Any, Any, Any, int], None]] = []
         self._error: BaseException | None = None  # a callback's, raised once
         self._fatal: BaseException | None = None  # the follower's, raised by every read
@@ -549,6 +630,17 @@ class Table(Mapping[Any, Any]):
             self.skipped_count += len(bad)
         return batch.select(keep)
 
+    @classmethod
+    async def open_async(cls, path: str | os.PathLike[str], **options: Any) -> Table:
+        """``Table(path, **options)`` for asyncio: the restore (seconds for millions of
+        keys) runs in the event loop's default executor, so the loop keeps running. A task
+        cancelled while it waits leaves no table open: it is closed when the restore ends."""
+        return await open_in_thread(lambda: cls(path, **options), Table.close)
+
+    async def close_async(self) -> None:
+        """:meth:`close` for asyncio (it joins the follower threads) in the executor."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
     def _new_store(self, log: Any) -> MemoryStore | DiskStore:
         key, value = self._sides(log)
         if self._state_dir is None:
@@ -604,23 +696,37 @@ class Table(Mapping[Any, Any]):
     async def wait_for_async(
         self, offset: int, timeout: float | None = None, *, partition: int | None = None
     ) -> None:
-        """:meth:`wait_for` for asyncio: waits on the log's inotify wake-up with the event
-        loop's reader (``compactlog.aio.wait_until``), no thread per waiter."""
-        from .aio import wait_until
-
+        """:meth:`wait_for` for asyncio: woken by the follower once it has applied
+        ``offset`` (:mod:`compactlog.table_async`), no thread per waiter."""
         part = self._part(partition)
         if not self.follow:  # (nobody else applies records: refresh in the loop's executor)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, lambda: self.wait_for(offset, timeout))
+            await loop.run_in_executor(
+                None, lambda: self.wait_for(offset, timeout, partition=partition)
+            )
             return
-        if not await wait_until(part.log.directory, lambda: part.settled > offset, timeout):
-            with self._lock:
-                self._raise_errors()
+
+        def ready() -> bool:
+            return (
+                part.settled > offset
+                or self._closing
+                or self._fatal is not None
+                or self._error is not None
+            )
+
+        applied = await self._waiters.wait(ready, timeout)
+        with self._lock:
+            self._raise_errors()
+        if not applied:
             raise TimeoutError(
                 f"table offset {part.settled} did not pass {offset} within {timeout} s"
             )
-        with self._lock:
-            self._raise_errors()
+
+    def _notify(self, everyone: bool = False) -> None:
+        """Wake the waiters (the caller holds the lock): the offset moved, or
+        (``everyone``) an error or a close."""
+        self._moved.notify_all()
+        self._waiters.wake(everyone)
 
     def refresh(self) -> None:
         """Apply every record appended so far (for ``follow=False``; with ``follow=True``
@@ -749,7 +855,7 @@ class Table(Mapping[Any, Any]):
         """Stop following and close the logs; reads then raise ``LogClosedError``."""
         self._closing = True
         with self._lock:
-            self._moved.notify_all()  # waiters raise LogClosedError
+            self._notify(everyone=True)  # waiters raise LogClosedError
         for part in self._parts:
             part.close()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -32,8 +33,23 @@ from .table_frozen import FrozenState
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value
 FROZEN_RANGE_KEYS = 4096  # a range read of a frozen state takes at most this many keys
 _MISSING = object()
+_REMOVED = object()  # a key's last record in a :class:`Pending` is a tombstone
 
 Change = tuple[Any, Any, Any, int]  # (key, old, new, offset); None: absent / removed
+
+
+class Pending:
+    """What :meth:`MemoryStore.prepare` worked out for :meth:`MemoryStore.publish`."""
+
+    __slots__ = ("added", "bytes_used", "puts", "removes", "sizes", "tombstones")
+
+    def __init__(self, bytes_used: int) -> None:
+        self.puts: dict[Any, Any] = {}  # key -> its new value
+        self.removes: list[Any] = []  # keys to remove
+        self.tombstones = False  # whether ``puts`` holds tombstones (``_REMOVED``)
+        self.added: list[Any] = []  # keys new to the state (when a key order is kept)
+        self.sizes: dict[Any, int] = {}  # key -> its new size (0: removed), with max_bytes
+        self.bytes_used = bytes_used
 
 
 class MemoryStore:
@@ -48,6 +64,8 @@ class MemoryStore:
     ) -> None:
         self.data: dict[Any, Any] | FrozenState = {}
         self.order: SortedList | None = None
+        # published changes not yet in ``order``: (keys added, keys removed), oldest first
+        self._unordered: list[tuple[list[Any], list[Any]]] = []
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
         self.max_bytes = max_bytes
@@ -76,7 +94,29 @@ class MemoryStore:
         if self.restored is not None:  # a restore (batches of latest_batches): collect
             self.restored.append(batch)
             return
+        self.publish(self.prepare([batch], changes))
+
+    def prepare(self, batches: list[RecordBatch], changes: list[Change] | None = None) -> Pending:
+        """The state's change by ``batches`` (in offset order), worked out without changing
+        the state: keys and values deserialized, old values looked up, the size bound
+        checked (``TableFullError`` leaves the state as it was). The slow part of applying,
+        so the caller does it without the table's lock; only the store's one writer (the
+        follower) calls it, so the state cannot change between this and :meth:`publish`."""
         assert self.frozen is None, "a frozen state is thawed first"
+        pending = Pending(self.bytes_used)
+        for batch in batches:
+            self._prepare(batch, changes, pending)
+        if pending.tombstones:  # keys whose last record is one are removed, not put
+            pending.removes = [key for key, value in pending.puts.items() if value is _REMOVED]
+            for key in pending.removes:
+                del pending.puts[key]
+        if self.order is not None or self.sizes is not None:
+            data = self.data
+            pending.added = [key for key in pending.puts if key not in data]
+            pending.removes = [key for key in pending.removes if key in data]
+        return pending
+
+    def _prepare(self, batch: RecordBatch, changes: list[Change] | None, pending: Pending) -> None:
         keys = batch.keys()
         values = batch.values()
         if bool((batch.key_lengths < 0).any()):  # keyless records have no place in a table
@@ -91,68 +131,113 @@ class MemoryStore:
             keys = list(map(self.key_deserializer, keys))
         tombstones = bool((batch.value_lengths < 0).any())
         deserialize = self.value_deserializer
-        if (
-            changes is None
-            and self.sizes is None
-            and self.order is None
-            and (deserialize is None or not tombstones)
-        ):
-            self._update(keys, values, tombstones)
+        puts = pending.puts
+        if changes is None and self.sizes is None:  # the bulk path: the last record wins
+            if tombstones:
+                pending.tombstones = True
+                values = [_REMOVED if v is None else v for v in values]
+                if deserialize is not None:
+                    values = [v if v is _REMOVED else deserialize(v) for v in values]
+            elif deserialize is not None:
+                values = list(map(deserialize, values))
+            puts.update(zip(keys, values, strict=True))
             return
-        raw_values = values
-        if deserialize is not None:
-            values = [None if v is None else deserialize(v) for v in values]
-        for i, key in enumerate(keys):
-            value = values[i]
-            raw = raw_values[i]
-            if raw is None:
-                old = self._remove(key)
-            else:
-                old = self._put(key, value, len(raw_keys[i]) + len(raw) + ENTRY_OVERHEAD)
-            if changes is not None and (old is not _MISSING or raw is not None):
-                assert offsets is not None
-                changes.append((key, None if old is _MISSING else old, value, offsets[i]))
-
-    def _update(self, keys: list[Any], values: list[Any], tombstones: bool) -> None:
-        """The bulk path (a deserializer only when the batch holds no tombstone)."""
         data = self.data
-        deserialize = self.value_deserializer
-        if deserialize is None:
-            data.update(zip(keys, values, strict=True))
-        else:
-            data.update(zip(keys, map(deserialize, values), strict=True))
-        if tombstones:
-            # the key's last record in the batch decides: None now means a tombstone
-            for i, value in enumerate(values):
-                if value is None and keys[i] in data and data[keys[i]] is None:
-                    del data[keys[i]]
+        sizes = self.sizes
+        puts_get, data_get = puts.get, data.get  # (bound once: the loop runs per record)
+        add = None if changes is None else changes.append
+        ats = offsets if offsets is not None else repeat(0, len(keys))
+        for key, raw, raw_key, at in zip(keys, values, raw_keys, ats, strict=True):
+            old = puts_get(key, _MISSING)
+            if old is _MISSING:
+                old = data_get(key, _MISSING)
+            elif old is _REMOVED:
+                old = _MISSING
+            if raw is None:
+                if old is _MISSING:
+                    continue  # (a tombstone of an absent key changes nothing)
+                puts[key] = _REMOVED
+                pending.tombstones = True
+                if sizes is not None:
+                    pending.bytes_used -= self._size(pending, key)
+                    pending.sizes[key] = 0
+                value = None
+            else:
+                value = raw if deserialize is None else deserialize(raw)
+                if sizes is not None:
+                    self._grow(pending, key, len(raw_key) + len(raw) + ENTRY_OVERHEAD)
+                puts[key] = value
+            if add is not None:
+                add((key, None if old is _MISSING else old, value, at))
 
-    def _put(self, key: Any, value: Any, size: int) -> Any:
-        old = self.data.get(key, _MISSING)
+    def _grow(self, pending: Pending, key: Any, size: int) -> None:
+        """Count ``key`` at ``size`` bytes in ``pending``; ``TableFullError`` past the bound."""
+        grow = size - self._size(pending, key)
+        if self.max_bytes is not None and pending.bytes_used + grow > self.max_bytes:
+            raise TableFullError(
+                f"the table would hold more than max_bytes={self.max_bytes} bytes "
+                f"({len(self.data)} keys so far): raise max_bytes, or keep values on disk "
+                "with store='disk' (only a small digest and offset per key in memory)",
+                path=self.path,
+            )
+        pending.sizes[key] = size
+        pending.bytes_used += grow
+
+    def _size(self, pending: Pending, key: Any) -> int:
+        """``key``'s counted bytes as of ``pending`` (0: absent)."""
+        if key in pending.sizes:
+            return pending.sizes[key]
+        assert self.sizes is not None
+        return self.sizes.get(key, 0)
+
+    def publish(self, pending: Pending) -> None:
+        """Make ``pending`` (:meth:`prepare`'s) the state: C-level dict updates, fast
+        enough to hold the table's lock for. The key order's part is queued, not done:
+        :meth:`fold_order` does it in steps, and any ordered read first."""
+        data = self.data
+        assert isinstance(data, dict)
+        data.update(pending.puts)
+        for key in pending.removes:
+            data.pop(key, None)
         if self.sizes is not None:
-            grow = size - self.sizes.get(key, 0)
-            if self.max_bytes is not None and self.bytes_used + grow > self.max_bytes:
-                raise TableFullError(
-                    f"the table would hold more than max_bytes={self.max_bytes} bytes "
-                    f"({len(self.data)} keys so far): raise max_bytes, or keep values on disk "
-                    "with store='disk' (only a small digest and offset per key in memory)",
-                    path=self.path,
-                )
-            self.sizes[key] = size
-            self.bytes_used += grow
-        self.data[key] = value
-        if old is _MISSING and self.order is not None:
-            self.order.add(key)
-        return old
+            for key, size in pending.sizes.items():
+                if size:
+                    self.sizes[key] = size
+                else:
+                    self.sizes.pop(key, None)
+            self.bytes_used = pending.bytes_used
+        if self.order is not None and (pending.added or pending.removes):
+            self._unordered.append((pending.added, pending.removes))
 
-    def _remove(self, key: Any) -> Any:
-        old = self.data.pop(key, _MISSING)
-        if old is not _MISSING:
-            if self.sizes is not None:
-                self.bytes_used -= self.sizes.pop(key, 0)
-            if self.order is not None:
-                self.order.remove(key)
-        return old
+    @property
+    def unordered(self) -> bool:
+        """Whether published changes wait to be put into the key order."""
+        return bool(self._unordered)
+
+    def fold_order(self, step: int | None = None) -> bool:
+        """Bring the key order up to date by at most ``step`` keys (``None``: all), in
+        the order the changes were published; ``True`` once it is. The caller holds the
+        table's lock."""
+        todo = self._unordered
+        if self.order is None:
+            todo.clear()
+            return True
+        budget = -1 if step is None else step  # (-1: no limit)
+        while todo and budget:
+            added, removed = todo[0]  # (disjoint: the order within one item is free)
+            keys = added or removed
+            count = len(keys) if budget < 0 else min(budget, len(keys))
+            if keys is added:
+                self.order.update(keys[:count])
+            else:
+                for key in keys[:count]:
+                    self.order.discard(key)
+            del keys[:count]
+            if budget > 0:
+                budget -= count
+            if not added and not removed:
+                todo.pop(0)
+        return not todo
 
     def commit(self, offset: int) -> None:
         """The restore is complete: serve what it collected frozen (nothing to persist;
@@ -187,7 +272,9 @@ class MemoryStore:
     def sorted_keys(self) -> SortedList:
         """The keys in order (built by the first call: one sort)."""
         if self.order is None:
+            self._unordered.clear()
             self.order = SortedList(self.data)
+        self.fold_order()
         return self.order
 
     def range_items(self, start: Any, stop: Any, prefix: Any) -> list[tuple[Any, Any]] | None:
@@ -217,6 +304,7 @@ class MemoryStore:
         return list(order[first:last]) if last > first else []
 
     def _check(self) -> None:
+        self.fold_order()
         if self.order is not None:
             assert list(self.order) == sorted(self.data)
         if self.sizes is not None:

@@ -82,3 +82,15 @@ def test_mixed_reads_benchmark_compares_every_pattern_side_by_side(tmp_path: Pat
     assert set(result["compaction_seconds"]) == {"single", "mixed"}
     assert "| Pattern |" in result["markdown"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_follow_benchmark_counts_every_change_and_the_longest_get(tmp_path: Path) -> None:
+    from benchmarks import bench_follow
+
+    out = bench_follow.run(
+        1, 2000, 0.5, keys=100, values="json", root=str(tmp_path), say=lambda line: None
+    )
+    assert out["written"] > 0 and out["changes"] == out["written"]
+    assert out["behind_at_stop"] >= 0 and out["latency_ms"]["p99"] >= 0
+    got = bench_follow.get_during_apply(2000, "disk", root=str(tmp_path))
+    assert got["longest_get_ms"] >= 0
