@@ -5,6 +5,8 @@
 # -- build the wheel ------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
+# pip's index settings (a mirror where PyPI is not reachable): see deploy/build-image
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT
 COPY . .
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
@@ -18,6 +20,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /wheels /wheels
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # the wheel pins nothing but its own lower bounds (pyproject.toml), as a library should
 # hadolint ignore=DL3013
