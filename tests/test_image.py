@@ -49,15 +49,24 @@ print(json.dumps({"rows": rows, "info": info}))
 """
 
 
-def run(args: list[str], *, timeout: float, check: bool = True, **kwargs) -> str:
-    """Run a command with a bound: a hang or a failure is a test failure naming it."""
+def run(
+    args: list[str],
+    *,
+    timeout: float,
+    check: bool = True,
+    why: Callable[[], str] = str,
+    **kwargs,
+) -> str:
+    """Run a command with a bound: a hang or a failure is a test failure naming it, with
+    what ``why()`` says (the services' logs)."""
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired as error:
         output = (error.stdout or b"")[-3000:], (error.stderr or b"")[-3000:]
-        pytest.fail(f"{' '.join(args)} did not finish within {timeout} s: {output}")
+        pytest.fail(f"{' '.join(args)} did not finish within {timeout} s: {output}\n{why()}")
     if check and done.returncode != 0:
-        pytest.fail(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        message = f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        pytest.fail(f"{message}\n{why()}")
     return done.stdout
 
 
@@ -153,7 +162,10 @@ def test_the_cleaner_container_cleans_a_dirty_log_answers_probes_and_stops_on_si
         *("--metrics-address", "0.0.0.0", "--metrics-port", "9464", "--grace", "3"),
         *("--log-format", "json"),
     )
-    logs = lambda: docker("logs", "--tail", "40", container, check=False, stderr=subprocess.STDOUT)  # noqa: E731
+
+    def logs() -> str:
+        return docker("logs", "--tail", "40", container, check=False, stderr=subprocess.STDOUT)
+
     published = docker("port", container, "9464/tcp").split()[0]
     assert published.startswith("127.0.0.1:")  # published on the host's loopback only
     base = f"http://{published}"
@@ -182,43 +194,30 @@ def test_the_cleaner_container_cleans_a_dirty_log_answers_probes_and_stops_on_si
 # -- the compose stack and the documented restore -----------------------------------------
 
 
-def compose_implementations() -> list:
-    """Compose v1 (``docker-compose``) and v2 (``docker compose``): each one installed here."""
-    v2 = (
-        shutil.which("docker")
-        and not subprocess.run(
-            ["docker", "compose", "version"], capture_output=True, timeout=30
-        ).returncode
-    )
-    return [
-        pytest.param(["docker-compose"], id="v1", marks=()),
-        pytest.param(
-            ["docker", "compose"],
-            id="v2",
-            marks=()
-            if v2
-            else pytest.mark.skip(reason="Compose v2 (docker compose) is not installed"),
-        ),
-    ]
-
-
 @pytest.fixture
 def stack(engine, request) -> Iterator[Callable[..., str]]:
     """``compose(*args)`` on the repository's file as its own project, brought down after."""
     command = request.param
-    if shutil.which(command[0]) is None:
+    if command == ["docker", "compose"]:  # v2 where it is installed (Debian 12 has none)
+        version = subprocess.run([*command, "version"], capture_output=True, timeout=30)
+        if version.returncode != 0:
+            pytest.skip("Compose v2 (docker compose) is not installed")
+    elif shutil.which(command[0]) is None:
         message = f"{command[0]} is not installed (.ci/run installs it)"
-        pytest.fail(message) if IN_CI else pytest.skip(message)
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
     environment = {**os.environ, "COMPOSE_PROJECT_NAME": NAME}
     environment.pop("RESTORE_LOG", None)
 
-    def compose(*args: str, timeout: float = 120, check: bool = True, env=None) -> str:
+    def compose(*args: str, timeout: float = 120, check: bool = True, env=None, why=str) -> str:
         return run(
             [*command, *args],  # the repository's docker-compose.yml, found from cwd
             cwd=REPO,
             env={**environment, **(env or {})},
             timeout=timeout,
             check=check,
+            why=why,
         )
 
     yield compose
@@ -241,11 +240,15 @@ def container_of(compose: Callable[..., str], service: str) -> str:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("stack", compose_implementations(), indirect=True)
+@pytest.mark.parametrize(
+    "stack", [["docker-compose"], ["docker", "compose"]], ids=["v1", "v2"], indirect=True
+)
 def test_the_stack_comes_up_healthy_and_the_documented_restore_writes_the_model(stack):
     compose = stack
     compose("up", "--detach", timeout=180)
-    logs = lambda: compose("logs", "--no-color", "--tail", "30", check=False)  # noqa: E731
+
+    def logs() -> str:
+        return compose("logs", "--no-color", "--tail", "30", check=False)
 
     cleaner = container_of(compose, "cleaner")
 
@@ -254,13 +257,18 @@ def test_the_stack_comes_up_healthy_and_the_documented_restore_writes_the_model(
         return True if state == "healthy" else None
 
     def workers() -> list | None:
-        answer = http_get("http://127.0.0.1:8080/json/")
-        alive = (
-            [w for w in json.loads(answer[1])["workers"] if w["state"] == "ALIVE"]
-            if (answer and answer[0] == 200)
-            else []
-        )
-        return alive or None
+        answer = http_get("http://127.0.0.1:8080/json/")  # the master's web UI, as JSON
+        if answer is None or answer[0] != 200:
+            return None
+        return [w for w in json.loads(answer[1])["workers"] if w["state"] == "ALIVE"] or None
+
+    def executors() -> str:
+        """The services' logs and the executors' last lines (where "Failed to connect to
+        <driver>" shows when executors cannot reach the job's driver)."""
+        worker = container_of(compose, "spark-worker")
+        script = "tail -n 8 /home/compactlog/spark-work/app-*/*/stderr"
+        errors = docker("exec", worker, "sh", "-c", script, check=False, stderr=subprocess.STDOUT)
+        return f"{logs()}\nexecutors:\n{errors}"
 
     wait_for("the cleaner service healthy", healthy, 120, logs)  # first check after 30 s
     assert len(wait_for("a Spark worker registered with the master", workers, 120, logs)) == 1
@@ -268,9 +276,8 @@ def test_the_stack_comes_up_healthy_and_the_documented_restore_writes_the_model(
     records = dirty_records()
     write_log(f"{NAME}_logs", "orders", records)
     # the documented command, word for word (docs/operations.md), bounded
-    compose(
-        "--profile", "restore", "run", "--rm", "restore", env={"RESTORE_LOG": "orders"}, timeout=480
-    )
+    restore = ("--profile", "restore", "run", "--rm", "restore")
+    compose(*restore, env={"RESTORE_LOG": "orders"}, timeout=480, why=executors)
 
     read = docker(
         *("run", "--rm", "-v", f"{NAME}_tables:/data/tables", IMAGE),
