@@ -288,3 +288,10 @@ def test_the_stack_comes_up_healthy_and_the_documented_restore_writes_the_model(
     assert dict(table["rows"]) == model(records)
     assert len(table["rows"]) == len(model(records))  # one row per live key
     assert table["info"]["rows"] == len(model(records))
+
+
+# -- the object store (issue 27, part 4: not built yet) ------------------------------------
+# When the archive feature (logs archived to object storage) lands, docker-compose.yml gains
+# an object store service and the worker restores from its bucket with no log volume. The
+# test of that goes here, on the `stack` fixture: write a log and archive it, run the
+# restore job against the bucket, compare the table with `model(records)` as above.
