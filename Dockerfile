@@ -5,6 +5,8 @@
 # -- build the wheel ------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
+# pip's index settings (a mirror where PyPI is not reachable): see deploy/build-image
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT
 COPY . .
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
@@ -17,8 +19,19 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
     && rm -rf /var/lib/apt/lists/*
 
-COPY --from=build /wheels /wheels
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The wheel's dependencies (with the `spark` extra) first, in a layer of their own that is
+# rebuilt only when pyproject.toml changes, not on every change of the sources: pyspark
+# alone is ~450 MB to fetch and build. The wheel's own install below then finds them.
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; \
+        print("\n".join(p["dependencies"] + p["optional-dependencies"]["spark"]))' \
+        /tmp/pyproject.toml >/tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/pyproject.toml /tmp/requirements.txt
+
+COPY --from=build /wheels /wheels
 # the wheel pins nothing but its own lower bounds (pyproject.toml), as a library should
 # hadolint ignore=DL3013
 RUN wheel="$(find /wheels -name 'compactlog-*.whl' | head -n 1)" \

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench clean image image-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The Docker image, compactlog:latest (a running Docker engine needed): see docs/operations.md
+image:
+	deploy/build-image
+
+# The image and the compose stack run for real; starts dockerd if none runs (as root)
+image-test: $(STAMP)
+	deploy/image-test
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run

@@ -10,6 +10,7 @@ missing tool is a failure, not a skip: ``.ci/run`` installs ``docker-compose``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -186,6 +187,28 @@ def test_the_restore_job_runs_compactlog_restore_against_the_compose_master():
     flags = {word for word in command[3:] if word.startswith("--")}
     help_text = CliRunner().invoke(cli, ["restore", "--help"]).output
     assert flags and all(flag in help_text for flag in flags), help_text
+
+
+def test_the_restore_driver_advertises_its_container_address_not_the_service_name():
+    """Executors connect back to the driver at ``spark.driver.host``. A ``run`` container has
+    no DNS name for its service (Compose v1 and v2, without ``--use-aliases``), so a driver
+    that advertised ``restore`` was never reached and the documented restore hung (issue 27).
+    The entrypoint sets the container's own address; run here as Compose would run it."""
+    restore = compose()["services"]["restore"]
+    assert "spark.driver.host=restore" not in json.dumps(restore)
+    shell, flag, script, name = restore["entrypoint"]
+    assert (shell, flag) == ("sh", "-c")
+    script = script.replace("$$", "$")  # Compose's escape of a literal $
+    probe = ["sh", "-c", 'echo "$PYSPARK_SUBMIT_ARGS"']  # stands in for the job's command
+    done = subprocess.run(
+        ["sh", "-c", script, name, *probe], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    own = subprocess.run(["hostname", "-i"], capture_output=True, text=True).stdout.split()[0]
+    args = done.stdout.split()
+    assert f"spark.driver.host={own}" in args and own != "restore"
+    assert "spark.driver.bindAddress=0.0.0.0" in args  # listens on every interface
+    assert args[-1] == "pyspark-shell"
 
 
 def test_published_ports_match_what_the_services_listen_on():
