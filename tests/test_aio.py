@@ -4,6 +4,7 @@ coroutines woken by appends of other processes, with no thread per waiter."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import subprocess
 import sys
 import threading
@@ -178,5 +179,7 @@ def test_async_iteration_over_a_backlog_lets_other_tasks_run(log_dir):
             return took, delays
 
         took, delays = asyncio.run(main())
-    assert len(delays) >= 5  # the ticker ran all along
-    assert max(delays) < max(took / 5, 0.05)  # never held for long (before: all of it)
+    # the ticker ran all along (before: once, after the whole backlog), and was usually
+    # woken on time (a median: one stall of a loaded machine does not decide it)
+    assert len(delays) >= 20
+    assert statistics.median(delays) < took / 20
