@@ -109,10 +109,10 @@ def test_batches_among_single_appends_do_not_cut_the_run(log_dir, every, batch_s
     as the log of single appends alone (issue 24: each batch cut the run, and the log read
     30 times slower)."""
     plan = []
-    for i in range(3000):
-        plan.append((1, 100, False))
-        if i % every == every - 1:
-            plan.append((batch_size, 100, False))
+    records = 0
+    while records < 30_000:
+        plan += [(1, 100, False)] * every + [(batch_size, 100, False)]
+        records += every + batch_size
     with compactlog.open(log_dir, segment_bytes=64 << 20) as log:
         written = write(log, plan)
         batches = list(log.read_batches())
