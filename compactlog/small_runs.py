@@ -101,8 +101,7 @@ def scan_small_run(
     Every batch of the run passes exactly the checks of :func:`check_batch`, done for the
     whole run at once where they can be: the run's batches are found by their lengths
     (:func:`_walk`); the CRCs of a run of one batch length are computed together
-    (:func:`rows_crcs`), else each body's CRC is one ``crc32c`` call, continued over the
-    48-byte headers for all batches together (:func:`continue_crc`); every batch's CRC is
+    (:func:`rows_crcs`), else a length at a time (:func:`_varied_crcs`); every batch's CRC is
     compared with its own stored CRC, and the header fields are checked as columns (as
     two words per batch where every batch has the first one's fields, :func:`_check_alike`).
     The run stops before the first batch that is not whole below ``end``, not valid (left
