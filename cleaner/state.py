@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from compactlog.fsio import DEFAULT_FS
+from compactlog.storage.fsio import DEFAULT_FS
 
 STATE_VERSION = 1
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import click
 
-from compactlog import filenames
+from compactlog.storage import filenames
 
 from .output import CliError, UsageProblem
 

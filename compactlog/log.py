@@ -21,10 +21,15 @@ from dataclasses import replace
 from time import time_ns
 from typing import TYPE_CHECKING, Any
 
-from . import filenames, recovery, retention
-from .batch_decode import Record, RecordBatch
-from .batch_encode import EncodedBatch, encode_batch, encode_within_segment
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
+from .encoding.batch_decode import Record, RecordBatch
+from .encoding.batch_encode import EncodedBatch, encode_batch, encode_within_segment
+from .encoding.format import CODECS, encode_headers
+from .encoding.serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
+from .engine import recovery
+from .engine.reader import iter_batches
+from .engine.single import build_plain_append
+from .engine.writer import SegmentWriter
 from .errors import (
     CompactLogError,
     ConfigError,
@@ -37,9 +42,9 @@ from .errors import (
     RecordTooLargeError,
     SettingIgnoredWarning,
 )
-from .format import CODECS, encode_headers
-from .fsio import DEFAULT_FS, FileSystem, make_directories
-from .head import (
+from .storage import filenames, retention
+from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
+from .storage.head import (
     lock_exclusive,
     other_writers,
     read_log_head,
@@ -48,17 +53,13 @@ from .head import (
     try_lock_exclusive,
     unlock,
 )
-from .reader import iter_batches
-from .segment import list_segments, segment_data_size
-from .serde import RAW, Deserializer, Serde, Serializer, serde_for, serializing_append
-from .single import build_plain_append
-from .state_files import Meta, list_checkpoints, read_meta, write_meta
-from .writer import SegmentWriter
+from .storage.segment import list_segments, segment_data_size
+from .storage.state_files import Meta, list_checkpoints, read_meta, write_meta
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
     from .compaction.stats import CleanerStats
-    from .snapshot import Snapshot
-    from .subscriber import Subscriber
+    from .engine.snapshot import Snapshot
+    from .engine.subscriber import Subscriber
 
 
 def wall_clock_ms() -> int:
@@ -81,7 +82,7 @@ class Log:
     Keys and values are converted by the formats the log declares (``key_format``,
     ``value_format``) or by ``key_serializer``/``value_serializer`` and
     ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
-    names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
+    names; see :mod:`compactlog.encoding.serde`); ``raw=True`` ignores both (bytes in, bytes out).
 
     Settings (``**config``) come in two groups (``config.PER_PROCESS``; the user guide,
     sections 3 and 8). *Stored* settings are the log's own: applied when this open creates the
@@ -749,7 +750,7 @@ class Log:
         :meth:`close` closes every subscriber made here. Its ``poll`` deserializes keys and
         values as :meth:`read` does (``raw=True``: bytes).
         """
-        from .subscriber import Subscriber
+        from .engine.subscriber import Subscriber
 
         self._check_open()
         subscriber = Subscriber(self, name, start=start, serde=RAW if raw else self.serde)
@@ -762,20 +763,20 @@ class Log:
     def remove_subscriber(self, name: str, *, force: bool = False) -> None:
         """Forget a durable subscriber and its checkpoint. Refuses with
         :class:`SubscriberBusyError` while a consumer holds the name, unless ``force``."""
-        from .subscriber import remove_subscriber
+        from .engine.subscriber import remove_subscriber
 
         self._check_open()
         remove_subscriber(self, name, force=force)
 
     def check(self, *, deep: bool = False) -> None:
-        """Assert the log's invariants (``compactlog.invariants``: segment order, batches,
+        """Assert the log's invariants (``compactlog.engine.invariants``: segment order, batches,
         index entries, the head within the newest segment, checkpoints and the cleaner point
         within bounds); raises :class:`~compactlog.errors.LogCheckError` listing every one
         violated. Cheap by default (batch headers); ``deep=True`` checks every CRC too. A
         writable log holds its writer's lock meanwhile (this process's appends wait) and
         checks the head as a fact: with writers in other processes, call it while they are
         quiet."""
-        from .invariants import check
+        from .engine.invariants import check
 
         self._check_open()
         writer = self.writer
@@ -809,8 +810,8 @@ class Log:
         """The latest non-tombstone record of every key among offsets below ``as_of``, keys
         and values deserialized (``raw=True``: bytes). ``as_of`` below the cleaner point
         raises ``InexactReadError`` (naming the lowest exact offset) unless
-        ``allow_inexact`` (``compactlog.latest.check_exact``)."""
-        from .latest import latest_batches
+        ``allow_inexact`` (``compactlog.engine.latest.check_exact``)."""
+        from .engine.latest import latest_batches
 
         self._check_open()
         convert = RecordBatch.records if raw else self.serde.records
@@ -821,15 +822,15 @@ class Log:
         self, as_of: int | None = None, *, allow_inexact: bool = False
     ) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
-        from .latest import latest_batches
+        from .engine.latest import latest_batches
 
         self._check_open()
         return latest_batches(self, as_of, allow_inexact=allow_inexact)
 
     def table(self, **options: Any) -> Any:
         """The latest state as a live mapping that follows this log's appends (from any
-        process): a :class:`compactlog.table.Table`; see it for ``options``."""
-        from .table import Table
+        process): a :class:`compactlog.table.table.Table`; see it for ``options``."""
+        from .table.table import Table
 
         self._check_open()
         return Table(self.directory, **options)
@@ -845,8 +846,8 @@ class Log:
     def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:
         """A consistent point-in-time copy of this log at ``dest`` (hard links for closed
         segments), as of the end offset now; writers and the cleaner keep working. Returns
-        a :class:`~compactlog.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
-        from .snapshot import take_snapshot
+        a :class:`~compactlog.engine.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
+        from .engine.snapshot import take_snapshot
 
         self._check_open()
         return take_snapshot(self, dest)
@@ -922,7 +923,7 @@ class CleanerLock:
 def _check_record(key: Any, value: Any, compacted: bool, path: str) -> None:
     """A single append's key and value, refused as the arguments they are (``key must be
     bytes``), with the log's path."""
-    from .batch_encode import validate_column
+    from .encoding.batch_encode import validate_column
 
     try:
         validate_column([key], "key", allow_none=not compacted, single=True)

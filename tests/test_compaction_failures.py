@@ -20,10 +20,10 @@ import os
 import pytest
 
 import compactlog
-from compactlog import swap
 from compactlog.errors import CompactionWriteError, CompactLogError, DiskFullError
-from compactlog.fsio import FileSystem
-from compactlog.segment import list_segments
+from compactlog.storage import swap
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.segment import list_segments
 
 from .compaction_helpers import Model, check_log, rewrite_files
 from .helpers import FakeClock
@@ -291,7 +291,7 @@ UNDO_KILLER = r"""
 import errno, os, signal, sys
 import compactlog
 from compactlog import swap
-from compactlog.fsio import FileSystem
+from compactlog.storage.fsio import FileSystem
 
 point = sys.argv[2]
 

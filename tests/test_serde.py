@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.serde import declared_formats, deserializers
+from compactlog.encoding.serde import declared_formats, deserializers
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -37,7 +37,7 @@ One pass, in order:
    appends) are merged: their surviving records become one batch of at most about
    ``cleaner_merge_batch_bytes``. Each group goes to
    ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
-   :func:`compactlog.swap.replace_segments` (whose docstring is the crash protocol). A
+   :func:`compactlog.storage.swap.replace_segments` (whose docstring is the crash protocol). A
    group of one segment that lost nothing is left alone.
 5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e`` and the
    tombstone marks (``[e, now]`` appended when this pass passed tombstones; marks whose
@@ -67,14 +67,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import filenames, swap
-from ..batch_decode import RecordBatch
 from ..config import LogConfig
+from ..encoding.batch_decode import RecordBatch
+from ..encoding.format import CODECS
+from ..encoding.offset_map import OffsetMap, key_digests
 from ..errors import Aborted, CompactLogError, CorruptLogError
-from ..format import CODECS
-from ..fsio import FileSystem
-from ..offset_map import OffsetMap, key_digests
-from ..segment import (
+from ..storage import filenames, swap
+from ..storage.fsio import FileSystem
+from ..storage.segment import (
     HEADER_SIZE,
     SegmentReader,
     index_path,
@@ -83,7 +83,7 @@ from ..segment import (
     segment_path,
     write_index,
 )
-from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
+from ..storage.state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
 from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
@@ -820,7 +820,7 @@ class _Releaser:
 
     Freeing a large file's blocks (the rename over it, the remove) can take far longer than
     the CPU it uses (``discard`` mounts: ~13 ms for 32 MiB). The cleaner holds a descriptor
-    on every segment of a group while :func:`~compactlog.swap.replace_segments` runs, so
+    on every segment of a group while :func:`~compactlog.storage.swap.replace_segments` runs, so
     the rename and removes only drop names (the protocol and its fsyncs are unchanged), and
     a helper thread closes those descriptors, which frees the blocks. The next group's
     rewrite waits for the closes before it writes any data, so disk use never exceeds what

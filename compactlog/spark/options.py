@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError, closest, did_you_mean
-from ..filenames import META
+from ..storage.filenames import META
 
 MODES = ("latest", "changelog")
 VALUE_FORMATS = ("binary", "string", "json")
@@ -211,8 +211,8 @@ def declared_value_format(path: str, has_schema: bool) -> str:
     reads as ``binary`` and ``str`` as ``string``. A declared ``json`` reads as ``json``
     when a ``valueSchema`` is given, else as ``string`` (the JSON text: Spark needs a
     schema to parse it). ``binary`` where nothing is declared or no log is there yet."""
-    from ..state_files import read_meta
-    from .logdirs import is_partitioned, list_partitions
+    from ..storage.logdirs import is_partitioned, list_partitions
+    from ..storage.state_files import read_meta
 
     directory = os.path.abspath(path)
     if is_partitioned(directory):

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..engine.snapshot import is_snapshot, read_manifest, take_snapshot
 from ..errors import ConfigError
-from ..fsio import fsync_dir, fsync_file
-from ..snapshot import is_snapshot, read_manifest, take_snapshot
+from ..storage.fsio import fsync_dir, fsync_file
 from .options import ReadOptions, declared_value_format
 
 RESULT_FILE = "_compactlog.json"

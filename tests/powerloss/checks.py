@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import compactlog
-from compactlog import filenames
 from compactlog.errors import LogCheckError
+from compactlog.storage import filenames
 
 from .models import CrashState
 from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, rebooted
@@ -169,7 +169,7 @@ def _check_writable(
                 f"after appending at {end}, reading from it gave {back[:3]}",
             )
         try:
-            log.check()  # (compactlog.invariants: segments, index, head, checkpoints)
+            log.check()  # (compactlog.engine.invariants: segments, index, head, checkpoints)
         except LogCheckError as error:
             lines = "; ".join(p.line() for p in error.problems)
             raise CheckFailed("an invariant does not hold after recovery", lines) from None

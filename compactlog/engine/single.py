@@ -40,11 +40,9 @@ from os import pwrite
 from time import time_ns
 from typing import TYPE_CHECKING
 
-from .batch_encode import PLAIN_MAX_BYTES, encode_plain
-from .format import (
-    crc32c,
-)
-from .head import (
+from ..encoding.batch_encode import PLAIN_MAX_BYTES, encode_plain
+from ..encoding.format import crc32c
+from ..storage.head import (
     CRC_AT,
     DOORBELL,
     END_SIZE,

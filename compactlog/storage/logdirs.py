@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from .. import filenames
+from . import filenames
 
 PARTITION_PREFIX = "partition-"
 PARTITION_COLUMN = "partition"

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from .batch_decode import RecordBatch
-from .offset_map import key_digest_hi, key_digests, sort_order
+from ..encoding.batch_decode import RecordBatch
+from ..encoding.offset_map import key_digest_hi, key_digests, sort_order
 
 THAW_STEP = 1 << 14  # records put into the dict between two pauses (a few milliseconds)
 THAW_PAUSE_S = 0.0001  # the pause: another thread's turn with the interpreter

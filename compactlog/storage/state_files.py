@@ -11,10 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import LogConfig
+from ..encoding.format import FORMAT_VERSION
+from ..errors import CorruptLogError, NotALogError
 from . import filenames
-from .config import LogConfig
-from .errors import CorruptLogError, NotALogError
-from .format import FORMAT_VERSION
 from .fsio import FileSystem
 
 META_MAGIC = "compactlog"

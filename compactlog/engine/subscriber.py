@@ -20,7 +20,7 @@ Falling behind the log start. Retention may delete segments a subscriber has not
 durable subscriber). Whenever the cursor is (re)established, the position is compared
 with the log start offset in ``meta``; if it is below, the subscriber resumes at the log
 start, appends a :class:`SkipEvent` to :attr:`Subscriber.skipped` and logs a warning on the
-``compactlog.subscriber`` logger. It never stalls (JLog's stalled-subscriber pathology).
+``compactlog.engine.subscriber`` logger. It never stalls (JLog's stalled-subscriber pathology).
 
 Waiting. ``poll(timeout_s=t)`` waits for the head's end offset to pass the position. On
 Linux it watches ``.lock`` with inotify. Writers publish the head with a store into their
@@ -64,9 +64,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import filenames
-from .batch_decode import Record, RecordBatch, decode_batch
-from .errors import (
+from ..encoding.batch_decode import Record, RecordBatch, decode_batch
+from ..encoding.format import SEGMENT_FILE_HEADER, read_batch_header
+from ..encoding.serde import RAW, Serde
+from ..encoding.small_runs import SmallRun, decode_small_run
+from ..errors import (
     CorruptLogError,
     DecodeError,
     LogClosedError,
@@ -74,14 +76,9 @@ from .errors import (
     SubscriberBusyError,
     SubscriberError,
 )
-from .format import SEGMENT_FILE_HEADER, read_batch_header
-from .head import (
-    Head,
-    read_log_head,
-    read_published_head,
-)
-from .reader import iter_batches, trim_batch
-from .segment import (
+from ..storage import filenames
+from ..storage.head import Head, read_log_head, read_published_head
+from ..storage.segment import (
     HEADER_SIZE,
     RUN_BYTES,
     SegmentReader,
@@ -94,10 +91,9 @@ from .segment import (
     unsynced_header,
     walk_step,
 )
-from .serde import RAW, Serde
-from .small_runs import SmallRun, decode_small_run
-from .state_files import read_checkpoint_file, read_meta, write_checkpoint
-from .tail import scan_start
+from ..storage.state_files import read_checkpoint_file, read_meta, write_checkpoint
+from ..storage.tail import scan_start
+from .reader import iter_batches, trim_batch
 from .watch import SLEEP_MAX_S, SLEEP_MIN_S, HeadWatcher
 
 if TYPE_CHECKING:

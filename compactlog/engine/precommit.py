@@ -23,7 +23,7 @@ import mmap
 import os
 from dataclasses import dataclass
 
-from .format import (
+from ..encoding.format import (
     FILE_HEADER,
     PRECOMMIT_ENTRY,
     PRECOMMIT_FIELDS,
@@ -60,7 +60,7 @@ class PrecommitBuffer:
             else:
                 problem = check_file_header(os.pread(fd, FILE_HEADER.size, 0), PRECOMMIT_MAGIC)
                 if problem:
-                    from .errors import NotALogError
+                    from ..errors import NotALogError
 
                     raise NotALogError(problem, path=path)
             capacity = max(capacity, size, DATA_START + 4096)

@@ -14,7 +14,7 @@ import select
 import time
 from collections.abc import Callable
 
-from .head import DOORBELL, SharedBytes, map_lock_file_if_present
+from ..storage.head import DOORBELL, SharedBytes, map_lock_file_if_present
 
 SLEEP_MIN_S = 50e-6  # sleep-polling: first sleep between reads of the head ...
 SLEEP_MAX_S = 2e-3  # ... doubling up to this

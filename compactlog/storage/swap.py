@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import os
 
+from ..config import LogConfig
+from ..errors import CompactLogError
 from . import filenames
-from .config import LogConfig
-from .errors import CompactLogError
 from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, segment_path

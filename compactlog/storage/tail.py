@@ -21,9 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import filenames
-from .errors import MissingSegmentError
-from .format import (
+from ..encoding.format import (
     BATCH_HEADER,
     INDEX_ENTRY,
     SEGMENT_FILE_HEADER,
@@ -31,6 +29,8 @@ from .format import (
     check_batch,
     read_batch_header,
 )
+from ..errors import MissingSegmentError
+from . import filenames
 from .fsio import FileSystem
 from .head import Head
 from .segment import (

@@ -54,8 +54,8 @@ import os
 import struct
 from typing import NamedTuple
 
+from ..encoding.format import crc32c
 from . import filenames
-from .format import crc32c
 
 HEAD = struct.Struct("<IIqqqI")
 HEAD_MAGIC = 0x44484C43  # "CLHD"
@@ -354,7 +354,7 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
     """Take ``.writers.lock`` for a writable open (see the module docstring); returns the
     descriptor, whose closing releases it. Raises :class:`LogLockedError` at once when an
     exclusive writer holds the log, or, for ``exclusive``, when any other writer does."""
-    from .errors import LogLockedError
+    from ..errors import LogLockedError
 
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:

@@ -365,7 +365,7 @@ def validate_column(
     """Raise :class:`InvalidRecordError` naming the first item that is not bytes (or None):
     by its index in a batch (``record 3: key ...``), or, for a ``single`` record, as the
     argument it is (``key ...``)."""
-    from .errors import InvalidRecordError
+    from ..errors import InvalidRecordError
 
     for index, item in enumerate(items):
         where = "" if single else f"record {index}: "

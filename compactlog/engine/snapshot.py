@@ -29,13 +29,26 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import filenames
-from .errors import NotALogError, SnapshotError
-from .format import FORMAT_VERSION, INDEX_ENTRY, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER, crc32c
-from .fsio import fsync_dir, fsync_file
-from .head import read_log_head
-from .segment import HEADER_SIZE, index_path, list_segments, read_all, scan_segment, segment_path
-from .state_files import read_cleaner_state, read_meta
+from ..encoding.format import (
+    FORMAT_VERSION,
+    INDEX_ENTRY,
+    INDEX_FILE_HEADER,
+    SEGMENT_FILE_HEADER,
+    crc32c,
+)
+from ..errors import NotALogError, SnapshotError
+from ..storage import filenames
+from ..storage.fsio import fsync_dir, fsync_file
+from ..storage.head import read_log_head
+from ..storage.segment import (
+    HEADER_SIZE,
+    index_path,
+    list_segments,
+    read_all,
+    scan_segment,
+    segment_path,
+)
+from ..storage.state_files import read_cleaner_state, read_meta
 
 if TYPE_CHECKING:
     from .logview import LogView

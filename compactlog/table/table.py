@@ -12,7 +12,7 @@ longer exists (the quixstreams #1017 hang). The reader follows offsets, not file
 never change, and records that vanish were superseded. Retention moving the log start
 meanwhile may have removed records before they were read: the restore starts again.
 A memory store of raw bytes restores the latest state as of ``E`` (``latest_batches``)
-and serves point reads from it frozen (:mod:`compactlog.table_frozen`) while its dict is
+and serves point reads from it frozen (:mod:`compactlog.table.table_frozen`) while its dict is
 built in the background (:meth:`_Part.thaw`: by the follower before it applies anything,
 or by a thread of its own with ``follow=False``; an ordered read of more than
 ``FROZEN_RANGE_KEYS`` keys waits for it).
@@ -20,7 +20,7 @@ or by a thread of its own with ``follow=False``; an ordered read of more than
 Following. A subscriber starts at ``E`` and waits on the writers' inotify wake-up
 (``watch.HeadWatcher``: no polling loop); a background thread per log applies what each
 poll returns. It is transient (``~table``) for the memory store; the disk store's is
-durable (:func:`table_subscriber_name`), see :mod:`compactlog.table_disk`.
+durable (:func:`table_subscriber_name`), see :mod:`compactlog.table.table_disk`.
 ``follow=False`` leaves that to :meth:`Table.refresh`. If retention removes records the
 table had not applied yet (it fell below the log start), the table restores that log again
 and logs a warning (:attr:`Table.rebuilds` counts them).
@@ -33,7 +33,7 @@ never raises and never mixes two states (it shows the state of the moment it sta
 
 Change callbacks (:meth:`Table.on_change`) run on the follower's thread, after the poll's
 changes are applied, in offset order. An exception in one is logged on the
-``compactlog.table`` logger, kept in :attr:`Table.error` and raised (once) by the next read;
+``compactlog.table.table`` logger, kept in :attr:`Table.error` and raised (once) by the next read;
 the follower goes on. An error of the follower itself (a corrupt log) stops it: every read
 raises it from then on.
 """
@@ -49,11 +49,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .errors import ConfigError, InexactReadError, LogClosedError, TableError
-from .serde import declared_formats, deserializers
-from .spark.logdirs import is_partitioned, list_partitions
-from .state_files import read_meta
-from .subscriber import set_committed
+from ..encoding.serde import declared_formats, deserializers
+from ..engine.subscriber import set_committed
+from ..errors import ConfigError, InexactReadError, LogClosedError, TableError
+from ..storage.logdirs import is_partitioned, list_partitions
+from ..storage.state_files import read_meta
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
 from .table_memory import Change, MemoryStore, merged
 
@@ -107,7 +107,7 @@ def _stale(offset: int, marked: bool, start: int, end: int) -> str | None:
 
 
 def _log_bytes(log: Any) -> int:
-    from .segment import segment_path
+    from ..storage.segment import segment_path
 
     total = 0
     for base in log.get_segments():
@@ -130,7 +130,7 @@ class _Part:
     """One log of the table: its read-only open, its store, its follower and offset."""
 
     def __init__(self, table: Table, directory: str, number: int) -> None:
-        from .log import open_log
+        from ..log import open_log
 
         self.table = table
         self.number = number
@@ -153,7 +153,7 @@ class _Part:
 
     @property
     def frozen(self) -> bool:
-        """Whether the state is served frozen (:mod:`compactlog.table_frozen`)."""
+        """Whether the state is served frozen (:mod:`compactlog.table.table_frozen`)."""
         return isinstance(self.store, MemoryStore) and self.store.frozen is not None
 
     def thaw(self) -> None:
@@ -348,11 +348,11 @@ class Table(Mapping[Any, Any]):
     ``follow``: follow appends in a background thread (else call :meth:`refresh`).
     ``key_deserializer`` / ``value_deserializer``: callables applied to the stored bytes
     (keys then compare as what they return); by default the log's declared formats
-    (``key_format``/``value_format``, :mod:`compactlog.serde`), bytes with ``raw=True``.
+    (``key_format``/``value_format``, :mod:`compactlog.encoding.serde`), bytes with ``raw=True``.
     ``max_bytes``: refuse to hold more than this many bytes of keys and values (plus
     ``ENTRY_OVERHEAD`` per key) in memory.
     ``store="disk"`` with ``state_dir``: keep the state in LMDB there instead
-    (:mod:`compactlog.table_disk`): almost nothing per key in memory, and a restart
+    (:mod:`compactlog.table.table_disk`): almost nothing per key in memory, and a restart
     replays only the records appended since the state was last committed.
     ``progress``: called with a :class:`RestoreProgress` after every restored batch.
     """
@@ -483,8 +483,8 @@ class Table(Mapping[Any, Any]):
         self, offset: int, timeout: float | None = None, *, partition: int | None = None
     ) -> None:
         """:meth:`wait_for` for asyncio: waits on the log's inotify wake-up with the event
-        loop's reader (``compactlog.aio.wait_until``), no thread per waiter."""
-        from .aio import wait_until
+        loop's reader (``compactlog.engine.aio.wait_until``), no thread per waiter."""
+        from ..engine.aio import wait_until
 
         part = self._part(partition)
         if not self.follow:  # (nobody else applies records: refresh in the loop's executor)

@@ -12,7 +12,7 @@ passed to ``open()`` override the declared format for that open only, and nothin
 them is stored. ``None`` (a missing key, a tombstone's value) is never converted.
 
 The storage layer never sees a format: batches and columns (``read_batches``, compaction,
-Spark's Arrow path) stay bytes; only :class:`~compactlog.batch_decode.Record` objects carry
+Spark's Arrow path) stay bytes; only :class:`~compactlog.encoding.batch_decode.Record` objects carry
 decoded keys and values. A stored key or value that its deserializer refuses raises
 :class:`~compactlog.errors.DecodeError` naming the log, the offset and the format.
 """
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from ..config import SERDE_FORMATS as FORMATS
+from ..errors import ConfigError, DecodeError, InvalidRecordError
 from .batch_decode import Record, RecordBatch
-from .config import SERDE_FORMATS as FORMATS
-from .errors import ConfigError, DecodeError, InvalidRecordError
 
 Serializer = Callable[[Any], bytes]
 Deserializer = Callable[[bytes], Any]

@@ -1,6 +1,6 @@
 """asyncio waiting: coroutines woken when a log's head moves, with no thread per waiter.
 
-The wake-up is the subscribers' (:class:`~compactlog.watch.HeadWatcher`: an inotify
+The wake-up is the subscribers' (:class:`~compactlog.engine.watch.HeadWatcher`: an inotify
 watch of ``.lock`` and the doorbell byte that asks the next writer to ``pwrite`` the head;
 see ``head.py``). Here its descriptor is watched by the running event loop
 (``loop.add_reader``) instead of ``select``, and **one** watcher serves every coroutine of
@@ -23,8 +23,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from . import filenames
-from .head import Head, read_head_file
+from ..storage import filenames
+from ..storage.head import Head, read_head_file
 from .watch import INOTIFY_MISSES, INOTIFY_SAFETY_S, SLEEP_MAX_S, HeadWatcher
 
 

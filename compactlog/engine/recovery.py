@@ -42,11 +42,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import filenames, swap
-from .errors import CorruptLogError, LogLockedError, MissingSegmentError
-from .format import SEGMENT_FILE_HEADER
-from .fsio import FileSystem
-from .head import (
+from ..encoding.format import SEGMENT_FILE_HEADER
+from ..errors import CorruptLogError, LogLockedError, MissingSegmentError
+from ..storage import filenames, swap
+from ..storage.fsio import FileSystem
+from ..storage.head import (
     SYNC_POINT_END,
     Head,
     decode_head,
@@ -57,8 +57,8 @@ from .head import (
     try_lock_exclusive,
     unlock,
 )
-from .retention import remove_below_start
-from .segment import (
+from ..storage.retention import remove_below_start
+from ..storage.segment import (
     HEADER_SIZE,
     Damage,
     batch_base_at,
@@ -71,7 +71,7 @@ from .segment import (
     segment_path,
     walk,
 )
-from .tail import rebuild_index
+from ..storage.tail import rebuild_index
 
 if TYPE_CHECKING:
     from .logview import LogView as Log  # the open log, as the modules below log.py see it
@@ -246,7 +246,7 @@ def _keep_offsets_unique(log: Log, head: Head | None, report: list[str]) -> None
     ends below that, the writer rolls to an empty segment at that offset and the lost
     offsets stay unused. The new segment is synced with its directory entry at once.
     """
-    from .state_files import list_checkpoints
+    from ..storage.state_files import list_checkpoints
 
     writer = log.writer
     assert writer is not None
@@ -377,8 +377,8 @@ def repair(
     ``open_passes(directory)`` opens the log for writing, runs the open-time passes and
     returns their report (``compactlog.repair`` passes one: this module is below ``log.py``).
     """
-    from .fsio import DEFAULT_FS
-    from .state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
+    from ..storage.fsio import DEFAULT_FS
+    from ..storage.state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
 
     directory = os.path.abspath(os.fspath(path))
     report = RepairReport(directory, dry_run=dry_run)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 
-from .batch_decode import RecordBatch
-from .errors import MissingSegmentError
-from .segment import SegmentReader, list_segments
-from .tail import scan_start
+from ..encoding.batch_decode import RecordBatch
+from ..errors import MissingSegmentError
+from ..storage.segment import SegmentReader, list_segments
+from ..storage.tail import scan_start
 
 OPEN_ATTEMPTS = 20  # fresh listings in a row whose segment vanished before it was opened
 

@@ -53,15 +53,15 @@ from os import pwrite
 from time import monotonic
 from typing import Any, NamedTuple
 
-from . import filenames
-from .active import ActiveSegment
-from .batch_encode import EncodedBatch, encode_batch, encode_single, split_points
-from .config import LogConfig
-from .durability import GroupCommit, SyncJob, SyncJobs, SyncPoint, sync_files
-from .errors import LogClosedError, WriteRefusedError
-from .format import BATCH_HEADER, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER
-from .fsio import FileSystem
-from .head import (
+from ..config import LogConfig
+from ..encoding.batch_encode import EncodedBatch, encode_batch, encode_single, split_points
+from ..encoding.format import BATCH_HEADER, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER
+from ..errors import LogClosedError, WriteRefusedError
+from ..storage import filenames
+from ..storage.active import ActiveSegment
+from ..storage.durability import GroupCommit, SyncJob, SyncJobs, SyncPoint, sync_files
+from ..storage.fsio import FileSystem
+from ..storage.head import (
     BOOT,
     BOOT_AT,
     BOOT_END,
@@ -77,17 +77,13 @@ from .head import (
     read_head,
     unlock,
 )
+from ..storage.publish import PublishedHead
+from ..storage.segment import HEADER_SIZE, index_path, segment_path
+from ..storage.tail import open_newest_tail
+from ..storage.tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
+from ..storage.tailmap import RETRYABLE, TailWindow
 from .linger import LingerBuffer
 from .precommit import PrecommitBuffer
-from .publish import PublishedHead
-from .segment import (
-    HEADER_SIZE,
-    index_path,
-    segment_path,
-)
-from .tail import open_newest_tail
-from .tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
-from .tailmap import RETRYABLE, TailWindow
 
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20

@@ -14,11 +14,11 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .config import LogConfig
-    from .format import EncodedBatch
-    from .fsio import FileSystem
-    from .retention import RetentionResult
-    from .state_files import Meta
+    from ..config import LogConfig
+    from ..encoding.format import EncodedBatch
+    from ..storage.fsio import FileSystem
+    from ..storage.retention import RetentionResult
+    from ..storage.state_files import Meta
     from .writer import SegmentWriter
 
 

@@ -24,10 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from . import filenames
-from .batch_decode import RecordBatch, concat_batches, decode_batch
-from .errors import CorruptLogError, MissingSegmentError, NotALogError
-from .format import (
+from ..encoding.batch_decode import RecordBatch, concat_batches, decode_batch
+from ..encoding.format import (
     FILE_HEADER,
     INDEX_ENTRY,
     INDEX_FILE_HEADER,
@@ -40,9 +38,11 @@ from .format import (
     find_next_valid_batch,
     read_batch_header,
 )
+from ..encoding.small_runs import SmallRun, decode_small_run, scan_small_run
+from ..errors import CorruptLogError, MissingSegmentError, NotALogError
+from . import filenames
 from .fsio import FileSystem
 from .head import Head, read_log_head, read_sync_point
-from .small_runs import SmallRun, decode_small_run, scan_small_run
 from .tailmap import only_zeros
 
 HEADER_SIZE = FILE_HEADER.size

@@ -1,20 +1,21 @@
 """A table's state held in memory: ``{key: value}`` plus a key order built on demand.
 
-Restore and following apply whole :class:`~compactlog.batch_decode.RecordBatch` objects. With no
+Restore and following apply whole
+:class:`~compactlog.encoding.batch_decode.RecordBatch` objects. With no
 change callbacks, no size bound and no key order yet, a batch is one ``dict.update`` of its
 keys and values (the last record of a key in the batch wins, as in the log) followed by the
 removal of keys whose last record was a tombstone: no Python loop per record. Otherwise it
 goes record by record, which change events and the size bound need anyway.
 
 A restore of raw bytes with no size bound is collected instead and served frozen
-(:mod:`compactlog.table_frozen`) from :meth:`MemoryStore.commit` until the table installs
+(:mod:`compactlog.table.table_frozen`) from :meth:`MemoryStore.commit` until the table installs
 the dict built from it (:meth:`MemoryStore.thaw`); nothing is applied to a frozen state.
 
 The key order (a :class:`sortedcontainers.SortedList` of the keys) is built by the first
 read that needs it, at the cost of one sort, and kept up to date from then on (built from a
 frozen state, it holds the same keys as the dict that replaces it).
 
-Not thread-safe on its own: :class:`~compactlog.table.Table` serializes access.
+Not thread-safe on its own: :class:`~compactlog.table.table.Table` serializes access.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from .batch_decode import RecordBatch
-from .errors import ConfigError, TableFullError
+from ..encoding.batch_decode import RecordBatch
+from ..errors import ConfigError, TableFullError
 from .table_frozen import FrozenState
 
 ENTRY_OVERHEAD = 100  # bytes counted per key for ``max_bytes`` beside its key and value

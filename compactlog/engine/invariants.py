@@ -34,13 +34,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import filenames
-from .batch_decode import decode_batch
-from .errors import CompactLogError, LogCheckError
-from .format import SEGMENT_MAGIC, check_file_header
-from .head import Head, read_log_head
-from .recovery import closed_cleanly
-from .segment import (
+from ..encoding.batch_decode import decode_batch
+from ..encoding.format import SEGMENT_MAGIC, check_file_header
+from ..errors import CompactLogError, LogCheckError
+from ..storage import filenames
+from ..storage.head import Head, read_log_head
+from ..storage.segment import (
     HEADER_SIZE,
     Damage,
     first_wrong_entry,
@@ -52,6 +51,7 @@ from .segment import (
     unsynced_header,
     walk,
 )
+from .recovery import closed_cleanly
 
 
 class MappedFile:
@@ -148,7 +148,7 @@ def verify_log(
     below the log start (``verify`` does, as repair moves them; they are no violation, as
     ``delete`` retention passes a subscriber by design, which then resumes at the start).
     """
-    from .state_files import list_checkpoints, read_cleaner_state, read_meta
+    from ..storage.state_files import list_checkpoints, read_cleaner_state, read_meta
 
     report = VerifyReport(directory)
     try:
@@ -246,7 +246,7 @@ def verify_log(
 
 
 def _readable_checkpoints(directory: str, parsed: dict[str, Any]) -> dict[str, int]:
-    from .state_files import read_checkpoint_file
+    from ..storage.state_files import read_checkpoint_file
 
     result = {}
     for name, kind in parsed.items():

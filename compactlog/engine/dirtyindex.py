@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .batch_decode import RecordBatch
-from .offset_map import OffsetMap, key_digests
+from ..encoding.batch_decode import RecordBatch
+from ..encoding.offset_map import OffsetMap, key_digests
 from .reader import iter_batches
 
 UNLIMITED = 1 << 62
@@ -78,7 +78,8 @@ class DirtyIndex:
 
     def latest_mask(self, columns: Any) -> np.ndarray:
         """``columns``: offsets in order, ``keys_blob`` and ``key_lengths`` (a
-        :class:`~compactlog.batch_decode.RecordBatch` or the Spark reader's ``Columns``)."""
+        :class:`~compactlog.encoding.batch_decode.RecordBatch` or the Spark reader's
+        ``Columns``)."""
         offsets = columns.offsets
         tail = int(np.searchsorted(offsets, self.start))  # records are in offset order
         result = np.empty(len(offsets), dtype=bool)

@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..config import LogConfig
 from . import filenames
-from .config import LogConfig
 from .fsio import FileSystem
 from .segment import HEADER_SIZE, index_path, list_segments, max_timestamp, segment_path
 

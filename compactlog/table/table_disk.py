@@ -12,7 +12,7 @@ names. The price is a second copy of the live values on disk.
 Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), ``table.lock`` (one table per
 state directory), a ``data`` database of ``key -> value`` and a ``meta`` database holding
 ``offset`` (the state reflects every record below it). The log it was built from holds a
-durable subscriber checkpoint of the table (``compactlog.table.table_subscriber_name``).
+durable subscriber checkpoint of the table (``compactlog.table.table.table_subscriber_name``).
 
 Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
 
@@ -40,8 +40,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from .batch_decode import RecordBatch
-from .errors import ConfigError, LogLockedError
+from ..encoding.batch_decode import RecordBatch
+from ..errors import ConfigError, LogLockedError
 from .table_memory import Change
 
 MIN_MAP_SIZE = 1 << 30  # the memory map (and data.mdb's apparent size; it is sparse) ...

@@ -6,10 +6,11 @@ most once; only the dirty section ``[p, end)`` may hold several versions of a ke
 reads the dirty section alone and maps each key digest to its latest offset there (24 bytes per
 distinct key); pass 2 keeps each non-tombstone record that is its key's latest in the
 dirty section, or lies in the tail with a key the dirty section does not hold
-(:class:`~compactlog.dirtyindex.DirtyIndex`, also the Spark source's rule; no key is hashed
+(:class:`~compactlog.engine.dirtyindex.DirtyIndex`, also the Spark source's rule; no key is hashed
 in pass 2 when the dirty section is empty). Both passes are columnar
-(:func:`latest_batches` yields filtered :class:`~compactlog.batch_decode.RecordBatch` objects);
-:func:`latest_records` turns them into :class:`~compactlog.batch_decode.Record` objects.
+(:func:`latest_batches` yields filtered
+:class:`~compactlog.encoding.batch_decode.RecordBatch` objects);
+:func:`latest_records` turns them into :class:`~compactlog.encoding.batch_decode.Record` objects.
 
 Consistency: every segment overlapping the range is opened before pass 1 and both passes
 read those descriptors, so a cleaner swapping segments meanwhile (or retention removing
@@ -33,11 +34,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .batch_decode import Record, RecordBatch, filter_batch
+from ..encoding.batch_decode import Record, RecordBatch, filter_batch
+from ..errors import InexactReadError, MissingSegmentError
+from ..storage.segment import HEADER_SIZE, SegmentReader, list_segments
+from ..storage.state_files import read_cleaner_state
 from .dirtyindex import DirtyIndex, dirty_map_of
-from .errors import InexactReadError, MissingSegmentError
-from .segment import HEADER_SIZE, SegmentReader, list_segments
-from .state_files import read_cleaner_state
 
 if TYPE_CHECKING:
     from .logview import LogView

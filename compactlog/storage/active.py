@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .format import INDEX_ENTRY
+from ..encoding.format import INDEX_ENTRY
 from .fsio import FileSystem
 from .segment import HEADER_SIZE
 from .tailmap import TailWindow
