@@ -76,7 +76,7 @@ from ..storage.tail import rebuild_index
 if TYPE_CHECKING:
     from .logview import LogView as Log  # the open log, as the modules below log.py see it
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("compactlog.recovery")  # (its name before engine/; docs name it)
 
 
 def _entries(directory: str) -> list[tuple[str, filenames.ParsedName]]:

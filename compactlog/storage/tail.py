@@ -50,7 +50,7 @@ from .segment import (
 )
 from .tailmap import only_zeros
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("compactlog.tail")  # (its name before storage/)
 
 
 class Tail(NamedTuple):
