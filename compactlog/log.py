@@ -42,7 +42,7 @@ from .errors import (
     RecordTooLargeError,
     SettingIgnoredWarning,
 )
-from .storage import filenames, retention
+from .storage import filenames, lockfile, retention
 from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
 from .storage.head import (
     lock_exclusive,
@@ -50,8 +50,6 @@ from .storage.head import (
     read_log_head,
     register_writer,
     release_writer,
-    try_lock_exclusive,
-    unlock,
 )
 from .storage.segment import list_segments, segment_data_size
 from .storage.state_files import Meta, list_checkpoints, read_meta, write_meta
@@ -897,26 +895,18 @@ class CleanerLock:
 
     def __enter__(self) -> CleanerLock:
         path = os.path.join(self.directory, filenames.CLEANER_LOCK)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        if self.wait:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        elif not try_lock_exclusive(self.fd):
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
-            os.close(self.fd)
-            self.fd = -1
+        try:
+            self.fd = lockfile.lock(path, wait=self.wait)
+        except lockfile.LockHeld as held:
             raise LogLockedError(
-                f"another cleaner is working on this log ({holder})", path=self.directory
-            )
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()}\n".encode(), 0)
+                f"another cleaner is working on this log ({held.holder or 'another process'})",
+                path=self.directory,
+            ) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
-            unlock(self.fd)
-            os.close(self.fd)
+            lockfile.release(self.fd)
             self.fd = -1
 
 

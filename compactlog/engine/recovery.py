@@ -57,6 +57,7 @@ from ..storage.head import (
     try_lock_exclusive,
     unlock,
 )
+from ..storage.lockfile import pid_alive
 from ..storage.retention import remove_below_start
 from ..storage.segment import (
     HEADER_SIZE,
@@ -112,23 +113,13 @@ def _clear_rewrites(log: Log, report: list[str]) -> None:
             report.append(f"removed unfinished rewrite {name}")
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
-
-
 def _remove_stray_temps(log: Log, report: list[str]) -> None:
     """Pass 1."""
     for name, parsed in _entries(log.directory):
         if parsed.kind is not filenames.FileKind.TEMP:
             continue
         owner = filenames.temp_owner_pid(name)
-        if owner is not None and _process_alive(owner):
+        if owner is not None and pid_alive(owner):
             continue  # being written right now (by a cleaner, a subscriber's commit, ...)
         try:
             log.fs.remove(os.path.join(log.directory, name))

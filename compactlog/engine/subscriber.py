@@ -76,7 +76,7 @@ from ..errors import (
     SubscriberBusyError,
     SubscriberError,
 )
-from ..storage import filenames
+from ..storage import filenames, lockfile
 from ..storage.head import Head, read_log_head, read_published_head
 from ..storage.segment import (
     HEADER_SIZE,
@@ -249,30 +249,6 @@ def _acquire_or_degrade(directory: str, name: str) -> int:
         return -1
 
 
-def _proc_lock_holders(fd: int) -> set[int] | None:
-    """Pids that ``/proc/locks`` lists as holding a lock on ``fd``'s file (Linux), without
-    touching the lock; ``None`` where ``/proc/locks`` cannot be read."""
-    stat = os.fstat(fd)
-    wanted = (os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino)
-    try:
-        with open("/proc/locks") as handle:
-            lines = handle.readlines()
-    except OSError:
-        return None
-    pids: set[int] = set()
-    for line in lines:
-        fields = line.split()
-        if "->" in fields or len(fields) < 6:  # a waiter, not a holder
-            continue
-        try:
-            major, minor, inode = fields[5].split(":")
-            if (int(major, 16), int(minor, 16), int(inode)) == wanted:
-                pids.add(int(fields[4]))
-        except ValueError:
-            continue
-    return pids
-
-
 def name_holder(directory: str, name: str) -> int | None:
     """The pid consuming durable subscriber ``name`` now (0 if its pid is unreadable), or
     ``None`` if nobody is.
@@ -287,7 +263,7 @@ def name_holder(directory: str, name: str) -> int | None:
     except FileNotFoundError:
         return None
     try:
-        holders = _proc_lock_holders(fd)
+        holders = lockfile.holders(fd)
         if holders is not None:
             if not holders:
                 return None

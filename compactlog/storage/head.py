@@ -55,7 +55,7 @@ import struct
 from typing import NamedTuple
 
 from ..encoding.format import crc32c
-from . import filenames
+from . import filenames, lockfile
 
 HEAD = struct.Struct("<IIqqqI")
 HEAD_MAGIC = 0x44484C43  # "CLHD"
@@ -356,38 +356,25 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
     exclusive writer holds the log, or, for ``exclusive``, when any other writer does."""
     from ..errors import LogLockedError
 
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            if exclusive:
-                raise LogLockedError(
-                    "exclusive=True needs to be the only writer, but another process has this "
-                    f"log open for writing{f' ({holder})' if holder else ''}",
-                    path=directory,
-                ) from None
+        return lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
+    except lockfile.LockHeld as held:
+        holder = held.holder
+        if exclusive:
             raise LogLockedError(
-                "this log is open for writing with exclusive=True by another process "
-                f"({holder or 'pid unknown'}); it must close before others can write",
+                "exclusive=True needs to be the only writer, but another process has this "
+                f"log open for writing{f' ({holder})' if holder else ''}",
                 path=directory,
             ) from None
-        if exclusive:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} exclusive\n".encode(), 0)
-        elif os.fstat(fd).st_size:
-            os.ftruncate(fd, 0)  # left by a killed exclusive writer (we got the lock: it is gone)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        raise LogLockedError(
+            "this log is open for writing with exclusive=True by another process "
+            f"({holder or 'pid unknown'}); it must close before others can write",
+            path=directory,
+        ) from None
 
 
 def release_writer(fd: int, *, exclusive: bool) -> None:
-    if exclusive:
-        os.ftruncate(fd, 0)  # no stale pid for the next holder's error messages
-    os.close(fd)
+    lockfile.release(fd, clear=exclusive)  # (no stale pid for the next refusal to name)
 
 
 def other_writers(lock_path: str) -> bool:

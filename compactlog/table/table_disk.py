@@ -34,7 +34,6 @@ when the log holds no checkpoint of the table's subscriber (the log was recreate
 
 from __future__ import annotations
 
-import fcntl
 import os
 import struct
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Any
 
 from ..encoding.batch_decode import RecordBatch
 from ..errors import ConfigError, LogLockedError
+from ..storage import lockfile
 from .table_memory import Change
 
 MIN_MAP_SIZE = 1 << 30  # the memory map (and data.mdb's apparent size; it is sparse) ...
@@ -237,18 +237,13 @@ def _same(value: Any) -> Any:
 def _lock_state_dir(state_dir: str) -> int:
     """One table per state directory: an ``flock`` on ``table.lock`` (gone with the
     process)."""
-    fd = os.open(os.path.join(state_dir, "table.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
+        return lockfile.lock(os.path.join(state_dir, "table.lock"))
+    except lockfile.LockHeld as held:
         raise LogLockedError(
-            f"the table state directory is in use by {holder}", path=state_dir
+            f"the table state directory is in use by {held.holder or 'another process'}",
+            path=state_dir,
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-    return fd
 
 
 __all__ = ["DiskStore", "map_full_error"]
