@@ -1,8 +1,8 @@
 """The public :class:`Log`: one directory of segments, opened by :func:`open_log`.
 
 This module composes the pieces; it owns no file format. Appends go through
-``writer.SegmentWriter``, reads through ``reader.iter_batches``, open-time recovery through
-``recovery``, retention through ``retention``.
+``engine.writer.SegmentWriter``, reads through ``engine.reader.iter_batches``, open-time
+recovery through ``engine.recovery``, retention through ``storage.retention``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from .storage.head import (
     register_writer,
     release_writer,
 )
-from .storage.segment import list_segments, segment_data_size
+from .storage.segment import TimestampCache, list_segments, segment_data_size
 from .storage.state_files import Meta, list_checkpoints, read_meta, write_meta
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
@@ -148,7 +148,7 @@ class Log:
         self._closed = False
         self._meta_lock = threading.Lock()
         self._subscribers: weakref.WeakSet[Any] = weakref.WeakSet()  # closed by close()
-        self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
+        self._timestamp_cache: TimestampCache = {}
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
         self._plain_installed = False  # whether append is the plain path's (single.py)
@@ -590,7 +590,7 @@ class Log:
         try:
             batches = encode_within_segment(encode, len(keys), sizes, config.segment_bytes)
         except TypeError as error:
-            if isinstance(error, InvalidRecordError) and error.path is None:  # from format.py
+            if isinstance(error, InvalidRecordError) and error.path is None:  # from batch_encode
                 raise InvalidRecordError(str(error), path=self.directory) from None
             if isinstance(error, CompactLogError):
                 raise

@@ -1,4 +1,4 @@
-"""From ``format.py``'s columnar batches to Arrow record batches, without a row in sight.
+"""From ``batch_decode``'s columnar batches to Arrow record batches, without a row in sight.
 
 A :class:`~compactlog.encoding.batch_decode.RecordBatch` already holds its records as numpy length
 columns and byte blobs; Arrow's ``binary`` layout is a validity bitmap, ``int32`` end

@@ -77,6 +77,7 @@ from ..storage.fsio import FileSystem
 from ..storage.segment import (
     HEADER_SIZE,
     SegmentReader,
+    TimestampCache,
     index_path,
     new_segment_bytes,
     read_all,
@@ -280,7 +281,7 @@ def clean_log(
     force: bool = False,
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
-    timestamp_cache: dict[tuple[int, int, int], int | None] | None = None,
+    timestamp_cache: TimestampCache | None = None,
     progress: ProgressCallback | None = None,
 ) -> CleanerStats:
     """One cleaning pass (steps 1-5 of the module docstring). Caller holds the cleaner
@@ -333,7 +334,7 @@ def _clean(
     force: bool,
     should_abort: Callable[[], bool] | None,
     throttler: Throttler | None,
-    timestamp_cache: dict[tuple[int, int, int], int | None] | None,
+    timestamp_cache: TimestampCache | None,
     meter: Meter,
 ) -> CleanerStats:
     throttle = throttler or Throttler(config.cleaner_io_bytes_per_second)

@@ -25,10 +25,14 @@ import os
 from dataclasses import dataclass
 
 from ..storage.head import read_log_head
-from ..storage.segment import bound_by_head, list_segments, max_timestamp, segment_path
+from ..storage.segment import (
+    TimestampCache,
+    bound_by_head,
+    list_segments,
+    max_timestamp,
+    segment_path,
+)
 from ..storage.state_files import read_cleaner_state
-
-TimestampCache = dict[tuple[int, int, int], int | None]
 
 
 @dataclass(frozen=True, slots=True)

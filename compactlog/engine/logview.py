@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..config import LogConfig
-    from ..encoding.format import EncodedBatch
+    from ..encoding.batch_encode import EncodedBatch
     from ..storage.fsio import FileSystem
     from ..storage.retention import RetentionResult
+    from ..storage.segment import TimestampCache
     from ..storage.state_files import Meta
     from .writer import SegmentWriter
 
@@ -31,7 +32,7 @@ class LogView(Protocol):
     meta: Meta
     writer: SegmentWriter | None  # None when read-only
     recovery_report: list[str]
-    _timestamp_cache: dict[tuple[int, int, int], int | None]  # compaction's, kept per log
+    _timestamp_cache: TimestampCache  # compaction's and retention's, kept per log
 
     @property
     def config(self) -> LogConfig: ...

@@ -75,7 +75,7 @@ from ..storage.segment import (
 from ..storage.tail import rebuild_index
 
 if TYPE_CHECKING:
-    from .logview import LogView as Log  # the open log, as the modules below log.py see it
+    from .logview import LogView
 
 logger = logging.getLogger("compactlog.recovery")  # (its name before engine/; docs name it)
 
@@ -85,7 +85,7 @@ def _entries(directory: str) -> list[tuple[str, filenames.ParsedName]]:
 
 
 @contextmanager
-def _closed_segments_quiet(log: Log) -> Iterator[bool]:
+def _closed_segments_quiet(log: LogView) -> Iterator[bool]:
     """Holds ``.cleaner.lock`` if no cleaner does; yields whether it got it (pass 2)."""
     fd = os.open(
         os.path.join(log.directory, filenames.CLEANER_LOCK),
@@ -104,7 +104,7 @@ def _closed_segments_quiet(log: Log) -> Iterator[bool]:
         os.close(fd)
 
 
-def _clear_rewrites(log: Log, report: list[str]) -> None:
+def _clear_rewrites(log: LogView, report: list[str]) -> None:
     """Pass 2 (the caller holds the cleaner lock)."""
     report.extend(swap.resolve_interrupted_swap(log.fs, log.directory))
     for name, parsed in _entries(log.directory):
@@ -113,7 +113,7 @@ def _clear_rewrites(log: Log, report: list[str]) -> None:
             report.append(f"removed unfinished rewrite {name}")
 
 
-def _remove_stray_temps(log: Log, report: list[str]) -> None:
+def _remove_stray_temps(log: LogView, report: list[str]) -> None:
     """Pass 1."""
     for name, parsed in _entries(log.directory):
         if parsed.kind is not filenames.FileKind.TEMP:
@@ -128,7 +128,7 @@ def _remove_stray_temps(log: Log, report: list[str]) -> None:
         report.append(f"removed unfinished temporary file {name}")
 
 
-def recover_on_open(log: Log) -> list[str]:
+def recover_on_open(log: LogView) -> list[str]:
     """Passes 1-6 (caller holds the writers' lock). Returns what was fixed."""
     directory = log.directory
     report: list[str] = []
@@ -183,7 +183,7 @@ def closed_cleanly(directory: str, head: Head | None) -> bool:
         return False
 
 
-def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
+def _recover_tail(log: LogView, head: Head | None, report: list[str]) -> None:
     """Pass 5 after a crash, which may have been a power loss: the head in ``.lock`` is a
     hint (it is never fsynced), the sync point is the durable truth (head.py).
 
@@ -227,7 +227,7 @@ def _recover_tail(log: Log, head: Head | None, report: list[str]) -> None:
     )
 
 
-def _keep_offsets_unique(log: Log, head: Head | None, report: list[str]) -> None:
+def _keep_offsets_unique(log: LogView, head: Head | None, report: list[str]) -> None:
     """Pass 7 after a crash: never hand out an offset twice.
 
     Records past the sync point may be gone after a power loss, yet readers may have seen
@@ -255,7 +255,7 @@ def _keep_offsets_unique(log: Log, head: Head | None, report: list[str]) -> None
     report.append(message)
 
 
-def _check_closed_segments(log: Log, report: list[str]) -> None:
+def _check_closed_segments(log: LogView, report: list[str]) -> None:
     """Passes 3 and 4 (the caller holds the cleaner lock: no swap is under way)."""
     directory = log.directory
     # 3.
@@ -302,7 +302,7 @@ def _check_closed_segments(log: Log, report: list[str]) -> None:
             report.append(f"rebuilt index {filenames.index_name(base)}")
 
 
-def _rebuild_index_if_needed(log: Log, base: int) -> bool:
+def _rebuild_index_if_needed(log: LogView, base: int) -> bool:
     """Rebuild a closed segment's index if it is missing or inconsistent (pass 4)."""
     directory = log.directory
     size = os.path.getsize(segment_path(directory, base))
@@ -315,7 +315,7 @@ def _rebuild_index_if_needed(log: Log, base: int) -> bool:
 # -- the clean-shutdown marker -----------------------------------------------------------
 
 
-def write_clean_shutdown(log: Log, head: Head) -> None:
+def write_clean_shutdown(log: LogView, head: Head) -> None:
     """Written by ``close()`` after the final fsync: the head as it was then."""
     try:
         log.fs.write_atomic(log.directory, filenames.CLEAN_SHUTDOWN, encode_head(head))
@@ -331,7 +331,7 @@ def _read_clean_shutdown(directory: str) -> Head | None:
         return None
 
 
-def _remove_clean_shutdown(log: Log) -> None:
+def _remove_clean_shutdown(log: LogView) -> None:
     try:
         log.fs.remove(os.path.join(log.directory, filenames.CLEAN_SHUTDOWN))
     except FileNotFoundError:

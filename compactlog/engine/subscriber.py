@@ -97,7 +97,7 @@ from .reader import iter_batches, trim_batch
 from .watch import SLEEP_MAX_S, SLEEP_MIN_S, HeadWatcher
 
 if TYPE_CHECKING:
-    from .logview import LogView as Log  # the open log, as the modules below log.py see it
+    from .logview import LogView
 
 logger = logging.getLogger("compactlog.subscriber")
 
@@ -310,7 +310,7 @@ class SubscriberLag:
     below_log_start: bool  # it will skip to the log start on its next poll
 
 
-def backlog(log: Log, offset: int) -> tuple[int, int]:
+def backlog(log: LogView, offset: int) -> tuple[int, int]:
     """``(bytes, segments)`` of segment data holding offsets at or after ``offset``."""
     directory = log.directory
     bases = list_segments(directory)
@@ -346,7 +346,7 @@ def _byte_position(directory: str, base: int, offset: int, *, last: bool) -> int
         return end
 
 
-def lag_report(log: Log) -> list[SubscriberLag]:
+def lag_report(log: LogView) -> list[SubscriberLag]:
     """Every durable subscriber with its lag in records, bytes and segments, slowest first.
 
     ``pending_segments`` counts the closed segments it has not consumed entirely: under
@@ -374,7 +374,7 @@ def lag_report(log: Log) -> list[SubscriberLag]:
     return report
 
 
-def remove_subscriber(log: Log, name: str, *, force: bool = False) -> None:
+def remove_subscriber(log: LogView, name: str, *, force: bool = False) -> None:
     """Delete durable subscriber ``name``'s checkpoint (it no longer holds retention).
 
     Refuses with :class:`SubscriberBusyError` while a consumer holds the name; ``force``
@@ -410,7 +410,7 @@ def remove_subscriber(log: Log, name: str, *, force: bool = False) -> None:
             os.close(lock_fd)
 
 
-def set_committed(log: Log, name: str, offset: int, *, force: bool = False) -> int:
+def set_committed(log: LogView, name: str, offset: int, *, force: bool = False) -> int:
     """Move durable subscriber ``name``'s committed position to ``offset`` (an operator's
     seek; below the log start: the log start). Returns the position stored.
 
@@ -498,7 +498,7 @@ class Subscriber:
     """
 
     def __init__(
-        self, log: Log, name: str, *, start: int | None = None, serde: Serde = RAW
+        self, log: LogView, name: str, *, start: int | None = None, serde: Serde = RAW
     ) -> None:
         self.log = log
         self.serde = serde  # how poll() converts keys and values (serde.py)

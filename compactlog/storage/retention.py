@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from ..config import LogConfig
 from . import filenames
 from .fsio import FileSystem
-from .segment import HEADER_SIZE, index_path, list_segments, max_timestamp, segment_path
+from .segment import (
+    HEADER_SIZE,
+    TimestampCache,
+    index_path,
+    list_segments,
+    max_timestamp,
+    segment_path,
+)
 
 
 @dataclass
@@ -37,9 +44,7 @@ class SegmentInfo:
     max_timestamp: int | None
 
 
-def closed_segments(
-    directory: str, timestamp_cache: dict[tuple[int, int, int], int | None]
-) -> list[SegmentInfo]:
+def closed_segments(directory: str, timestamp_cache: TimestampCache) -> list[SegmentInfo]:
     """Every segment but the active (newest) one, with its largest record timestamp."""
     bases = list_segments(directory)
     infos = []

@@ -579,6 +579,8 @@ def new_segment_bytes() -> bytes:
     return SEGMENT_FILE_HEADER
 
 
+# a closed segment's largest timestamp by (base, inode, size): kept per log (Log, the
+# cleaner service), read by retention and the dirty measure
 TimestampCache = dict[tuple[int, int, int], "int | None"]
 
 
