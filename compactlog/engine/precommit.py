@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..encoding.format import (
     FILE_HEADER,
@@ -34,6 +36,7 @@ from ..encoding.format import (
     crc32c,
     decode_headers,
 )
+from ..storage import filenames
 
 DATA_START = FILE_HEADER.size
 
@@ -212,3 +215,106 @@ class PrecommitBuffer:
         self.count = 0
         self.bytes_pending = 0
         self._forget_mirror()
+
+
+class PrecommitAppends:
+    """The writer's precommit path (a part of ``SegmentWriter``, which the mixin joins):
+    buffering records into the crash-safe :class:`PrecommitBuffer`, and materializing
+    them into the log, ours or those a stopped writer left."""
+
+    # what the precommit path uses of the writer (and the writer's methods it calls:
+    # _check_open, _flocked, _check_space, _publish_head, _write_locked,
+    # _flush_linger_or_refuse, _encode_in_batches)
+    directory: str
+    lock: threading.Lock
+    closed: bool
+    sync_failed: OSError | None
+    end_offset: int
+    write_seq: int
+    linger: Any
+    precommit: PrecommitBuffer | None
+    plain_single: bool
+    steady: bool
+    precommit_recovered: int
+    _holding_for_precommit: bool
+
+    def append_precommit(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        key_length: int,
+        value_length: int,
+        timestamp: int,
+        headers: bytes,
+        decoded_headers: dict[str, bytes] | None = None,
+    ) -> int:
+        """Buffer one record; returns its offset, or -1 if it is larger than the buffer."""
+        buffer = self.precommit
+        assert buffer is not None
+        payload = max(key_length, 0) + max(value_length, 0) + len(headers)
+        with self.lock:
+            if self.closed or self.sync_failed is not None:
+                self._check_open()
+            if not buffer.room_for(payload):
+                with self._flocked():
+                    self._materialize_locked()
+                if not buffer.room_for(payload):
+                    return -1  # larger than the buffer: the caller writes it directly
+            if not self._holding_for_precommit:
+                with self._flocked():
+                    self._check_space(payload)
+                    self._holding_for_precommit = True
+                    self._publish_head()
+            offset = self.end_offset + buffer.count
+            buffer.append(
+                offset, key, value, key_length, value_length, timestamp, headers, decoded_headers
+            )
+            return offset
+
+    def materialize(self) -> None:
+        if self.linger is not None and self.linger.count:
+            with self.lock:
+                if not self.closed and self.sync_failed is None and self.linger.count:
+                    self._flush_linger_or_refuse()
+        if self.precommit is None:
+            return
+        with self.lock:
+            if self.closed or self.sync_failed is not None:
+                return  # after a failed fsync the entries wait in the buffer for a reopen
+            if self.precommit.count or self._holding_for_precommit:
+                with self._flocked():
+                    self._materialize_locked()
+
+    def materialize_left_pending(self) -> None:
+        """Open-time recovery's pass 6 (caller holds both locks): entries still in the
+        precommit buffer at open belong to a stopped writer, flagged in the head or not;
+        write them (those already in the log are skipped), counted in
+        ``precommit_recovered``."""
+        buffer = self.precommit
+        if buffer is not None and not self._holding_for_precommit and buffer.entries().offsets:
+            self.precommit_recovered += self._materialize_locked()
+
+    def _materialize_locked(self) -> int:
+        """Turn pending precommit entries into batches (caller holds both locks). Returns
+        how many entries were written (entries already in the log are skipped)."""
+        buffer = self.precommit
+        if buffer is None:
+            path = os.path.join(self.directory, filenames.PRECOMMIT)
+            buffer = self.precommit = PrecommitBuffer(path, 0)
+            self.plain_single = self.steady = False
+        entries = buffer.unwritten(self.end_offset)
+        written = len(entries.offsets)
+        if written:
+            for _, batch in self._encode_in_batches(
+                entries.keys,
+                entries.values,
+                entries.timestamps,
+                entries.headers,
+                buffer.bytes_pending,
+            ):
+                self._write_locked(batch)
+            self.write_seq += 1
+        buffer.clear()
+        self._holding_for_precommit = False
+        self._publish_head()
+        return written

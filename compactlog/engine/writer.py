@@ -1,43 +1,9 @@
-"""Appending: the writers' lock, the head state, segment rolls, the index, durability.
+"""Appending: the writers' lock, the head state, segment rolls, the index.
 
-One :class:`SegmentWriter` per open log (not read-only). Threads of the process share it
-through ``self.lock``; processes share the log through ``flock`` on ``.lock`` and the head
-state stored in it (``head.py``). Batches are encoded outside both locks; under them only the
-base offset is stamped into the header and the bytes are written with one ``writev``.
-
-Crash protocol of :meth:`SegmentWriter._write_locked` (what a later writer does if the
-process dies at each step):
-
-1. ``writev`` header and body at the end of the active segment. Death here leaves a torn
-   tail: the next writer finds the segment longer than the head says, validates the bytes
-   past it and truncates what is not a whole batch (``tail.py``).
-2. Maybe append an index entry. A torn or missing entry is harmless: indexes are checked
-   and rebuilt.
-3. Publish the new head in ``.lock``. Death before it: the next writer sees the size
-   mismatch and validates the tail, keeping the whole batch.
-
-Crash protocol of :meth:`SegmentWriter._roll`:
-
-0. Cut the room an exclusive writer reserved past the data (``tailmap.py``) off the old
-   segment, and ``fdatasync`` it (under every sync policy: one per segment): death or a
-   power loss before the sync leaves that segment active in the head, with the zeros past
-   its data that the next writer truncates, or its unsynced tail, which the next writer
-   validates. After it, the segment is whole on disk, so no power loss can ever leave a
-   *closed* segment with a torn or half-written tail.
-1. Publish a head naming the new base with size 0 (and the precommit-pending flag, if
-   set): death here leaves no file; the next writer creates it.
-2. Create ``<base>.log`` with its file header (and its index): a torn header with no data
-   is rewritten by the next writer; after a power loss the file may be missing, empty or
-   all zeros, all of which the next writer takes for an empty newest segment. The next
-   sync fsyncs the directory (before any record in the segment is acknowledged) and makes
-   the sync point naming the new segment durable.
-
-Durability: ``sync="always"`` fsyncs before ``append*`` returns, with group commit (threads
-that find the writer busy queue their records, and the next holder writes and syncs them
-together), and before the head publishes the records: readers never see a record a power
-loss could take back. ``"interval"`` fsyncs from a background thread; ``"os"`` leaves it to
-the kernel. ``flush()`` fsyncs under every policy. After each sync the writer stores the sync
-point into ``.lock`` (head.py): what recovery may cut after a power loss starts there.
+One :class:`SegmentWriter` per open log (not read-only), shared by threads through
+``self.lock`` and by processes through ``flock`` on ``.lock`` and its head (``head.py``).
+Crash protocols: ``_write_locked`` and ``_roll``. Its linger, precommit and sync parts are
+in ``linger.py``, ``precommit.py`` and ``storage/durability.py``; docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -46,20 +12,20 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from fcntl import LOCK_EX, LOCK_UN, flock
 from os import pwrite
 from time import monotonic
 from typing import Any, NamedTuple
 
 from ..config import LogConfig
-from ..encoding.batch_encode import EncodedBatch, encode_batch, encode_single, split_points
+from ..encoding.batch_encode import EncodedBatch, encode_single
 from ..encoding.format import BATCH_HEADER, INDEX_FILE_HEADER, SEGMENT_FILE_HEADER
 from ..errors import LogClosedError, WriteRefusedError
 from ..storage import filenames
 from ..storage.active import ActiveSegment
-from ..storage.durability import GroupCommit, SyncJob, SyncJobs, SyncPoint, sync_files
+from ..storage.durability import GroupCommit, SyncJobs, SyncPoint, WriterSyncs
 from ..storage.fsio import FileSystem
 from ..storage.head import (
     BOOT,
@@ -82,8 +48,8 @@ from ..storage.segment import HEADER_SIZE, index_path, segment_path
 from ..storage.tail import open_newest_tail
 from ..storage.tailmap import AVAILABLE as TAIL_MAP_AVAILABLE
 from ..storage.tailmap import RETRYABLE, TailWindow
-from .linger import LingerBuffer
-from .precommit import PrecommitBuffer
+from .linger import LingerAppends, LingerBuffer
+from .precommit import PrecommitAppends, PrecommitBuffer
 
 SPACE_CHECK_SECONDS = 0.5
 SPACE_CHECK_BYTES = 4 << 20
@@ -119,7 +85,7 @@ class Findings(NamedTuple):
     precommit_recovered: int  # entries a dead writer left, materialized
 
 
-class SegmentWriter:
+class SegmentWriter(LingerAppends, PrecommitAppends, WriterSyncs):
     def __init__(
         self,
         directory: str,
@@ -211,52 +177,6 @@ class SegmentWriter:
         self._background: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start_background(self) -> None:
-        """Start the interval thread (interval fsync, precommit materialization and the
-        linger timer)."""
-        if (
-            self.config.sync == "interval"
-            or self.config.precommit_bytes > 0
-            or self.linger is not None
-        ):
-            self._background = threading.Thread(
-                target=self._background_loop, name="compactlog-sync", daemon=True
-            )
-            self._background.start()
-
-    def _background_loop(self) -> None:
-        interval = self.config.sync_interval_ms / 1000
-        linger = self.config.linger_ms / 1000
-        next_interval = time.monotonic() + interval
-        while True:
-            self._kick.wait(self._background_wait(next_interval, linger))
-            self._kick.clear()
-            if self._stop.is_set():
-                break
-            try:
-                if self.linger is not None:
-                    self.flush_linger(older_than=linger)
-                now = time.monotonic()
-                if now < next_interval:
-                    continue
-                next_interval = now + interval
-                if self.precommit is not None and self.precommit.count:
-                    self.materialize()
-                if self.config.sync == "interval":
-                    self.sync_all()
-            except Exception:
-                continue
-
-    def _background_wait(self, next_interval: float, linger: float) -> float:
-        now = time.monotonic()
-        wait = next_interval - now
-        buffer = self.linger
-        # a racy read is fine: a record buffered after it kicks the thread awake (an empty
-        # buffer has no deadline, the next interval is the only one)
-        if buffer is not None and buffer.count:
-            wait = min(wait, buffer.started + linger - now)
-        return max(wait, 0.0005)
-
     def close(self, on_final_head: Callable[[Head], None] | None = None) -> Head | None:
         """Materialize, fsync, release everything. Returns the final head (for the clean
         shutdown marker) or ``None`` if the state is unknown. ``on_final_head`` is called
@@ -431,15 +351,6 @@ class SegmentWriter:
         if not synced:
             self._sync_jobs.retired.append(active.base)
 
-    def _fdatasync(self, fd: int) -> None:
-        """``fdatasync`` on the append path (a roll); a failure stops the writer as a failed
-        sync does (see :meth:`_run_sync`)."""
-        try:
-            self.fs.fdatasync(fd)
-        except OSError as error:
-            self._stop_after_failed_sync(error)
-            raise
-
     # -- rolling -----------------------------------------------------------------------
     def _should_roll(self, incoming: int, incoming_ts: int) -> bool:
         """Roll at ``segment_bytes``, or once the incoming batch is ``segment_ms`` younger
@@ -459,12 +370,28 @@ class SegmentWriter:
         )
 
     def _roll(self) -> None:
+        """Start a new segment at the end offset (caller holds both locks). Crash protocol:
+
+        0. Cut the room an exclusive writer reserved past the data (``tailmap.py``) off the
+           old segment, and ``fdatasync`` it (under every sync policy: one per segment):
+           death or a power loss before the sync leaves that segment active in the head,
+           with the zeros past its data that the next writer truncates, or its unsynced
+           tail, which the next writer validates. After it, the segment is whole on disk, so
+           no power loss can ever leave a *closed* segment with a torn or half-written tail.
+        1. Publish a head naming the new base with size 0 (and the precommit-pending flag,
+           if set): death here leaves no file; the next writer creates it.
+        2. Create ``<base>.log`` with its file header (and its index): a torn header with no
+           data is rewritten by the next writer; after a power loss the file may be missing,
+           empty or all zeros, all of which the next writer takes for an empty newest
+           segment. The next sync fsyncs the directory (before any record in the segment is
+           acknowledged) and makes the sync point naming the new segment durable.
+        """
         assert self.active is not None
         base = self.end_offset
         old = self.active
-        old.cut_reserved()  # 0. (see the module docstring)
+        old.cut_reserved()  # 0.
         self._fdatasync(old.fd)
-        # 1. publish the new head first (see the module docstring), keeping the flag that
+        # 1. publish the new head first, keeping the flag that
         #    tells the next writer to materialize our precommit entries if we die
         flags = FLAG_PRECOMMIT_PENDING if self._holding_for_precommit else 0
         self.fs.pwrite(self.lock_fd, encode_head(Head(flags, base, base, 0)), 0)
@@ -768,6 +695,17 @@ class SegmentWriter:
         self._bytes_since_check += size
 
     def _write_locked(self, batch: EncodedBatch) -> None:
+        """Write one batch at the end of the active segment (caller holds both locks; the
+        caller publishes the head). Crash protocol:
+
+        1. ``writev`` header and body at the end of the active segment. Death here leaves a
+           torn tail: the next writer finds the segment longer than the head says, validates
+           the bytes past it and truncates what is not a whole batch (``tail.py``).
+        2. Maybe append an index entry. A torn or missing entry is harmless: indexes are
+           checked and rebuilt.
+        3. Publish the new head in ``.lock`` (the caller). Death before it: the next writer
+           sees the size mismatch and validates the tail, keeping the whole batch.
+        """
         if self._should_roll(batch.size, batch.max_ts):
             self._roll()
         active = self.active
@@ -828,225 +766,6 @@ class SegmentWriter:
         self._next_space_check = now + SPACE_CHECK_SECONDS
         self._bytes_since_check = 0
 
-    # -- durability (durability.py) ---------------------------------------------------
-    def sync_through(self, seq: int) -> None:
-        """Return once every write up to ``seq`` is on disk (group commit)."""
-        self._group_commit.wait_for(seq, self._sync_once, self._failed_sync)
-
-    def sync_all(self, *, record_point: bool = False) -> None:
-        """Make every write so far durable; ``record_point`` also makes the sync point durable
-        (``flush()`` and ``close()``: so that the next open after a power loss can tell
-        corruption from unsynced data in all of it)."""
-        if record_point:
-            self._sync_point.force = True
-        self.sync_through(self.write_seq)
-        if record_point and self._sync_point.force:
-            with self.lock:  # nothing was left to sync: record the point anyway
-                if self.active is not None and self.sync_failed is None:
-                    self._run_sync(self._take_sync_job(dup=False))
-
-    def _sync_once(self) -> int:
-        with self.lock:
-            if self.active is None:
-                return self.write_seq
-            target = self.write_seq
-            job = self._take_sync_job(dup=True)
-        try:
-            self._run_sync(job, locked=False)
-        finally:
-            os.close(job.active_fd)
-        return target
-
-    def _sync_locked(self) -> None:
-        """``sync="always"``: make what is written durable *before* the head publishes it
-        (caller holds ``self.lock``), so that no reader in any process sees, and no
-        subscriber commits, a record a power loss could take back (docs/subscribers.md). A
-        thread whose record arrives meanwhile queues it (:meth:`_append_queued`), and the
-        next holder writes and syncs the whole queue at once: group commit."""
-        active = self.active
-        if active is None:
-            return
-        if self.sync_failed is not None:
-            raise self._sync_refusal()
-        jobs = self._sync_jobs
-        if (active.base, active.size) != self._sync_point.stored or jobs.retired or jobs.dir_dirty:
-            self._run_sync(self._take_sync_job(dup=False), locked=True)
-        self._group_commit.synced(self.write_seq)
-
-    def _take_sync_job(self, *, dup: bool) -> SyncJob:
-        """What the next sync covers, as of now (caller holds ``self.lock``)."""
-        active = self.active
-        assert active is not None
-        fd = os.dup(active.fd) if dup else active.fd
-        return self._sync_jobs.take(fd, active.base, active.size)
-
-    def _run_sync(self, job: SyncJob, *, locked: bool = True) -> None:
-        """fdatasync the segments, fsync the directory, then store the sync point (and make
-        it durable now and then: see ``durability.SyncPoint.store``). ``locked``: the caller
-        holds ``self.lock`` (else it is taken for the bookkeeping only)."""
-        guard = nullcontext() if locked else self.lock
-        try:
-            sync_files(self.fs, self.directory, job)
-            with guard:
-                if not self.closed:
-                    self._sync_point.store(job)
-        except OSError as error:
-            with guard:
-                self._stop_after_failed_sync(error)
-            raise self._sync_refusal() from error
-
-    def _stop_after_failed_sync(self, error: OSError) -> None:
-        """After a failed fsync the kernel may have dropped the dirty pages and a retry would
-        report success for data that is gone (PostgreSQL's "fsyncgate"), so the writer stops
-        (caller holds ``self.lock``): appends and flushes are refused until the log is
-        reopened, and the reopen validates the tail against what is really on disk."""
-        self.sync_failed = error
-        self.steady = False
-
-    def _failed_sync(self) -> WriteRefusedError | None:
-        return None if self.sync_failed is None else self._sync_refusal()
-
-    def _sync_refusal(self) -> WriteRefusedError:
-        return WriteRefusedError(
-            f"an fsync failed ({self.sync_failed}); records since the last successful sync "
-            "may not be durable; appends and flushes are refused until the log is reopened",
-            path=self.directory,
-        )
-
-    # -- precommit ---------------------------------------------------------------------
-    def append_precommit(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        key_length: int,
-        value_length: int,
-        timestamp: int,
-        headers: bytes,
-        decoded_headers: dict[str, bytes] | None = None,
-    ) -> int:
-        """Buffer one record; returns its offset, or -1 if it is larger than the buffer."""
-        buffer = self.precommit
-        assert buffer is not None
-        payload = max(key_length, 0) + max(value_length, 0) + len(headers)
-        with self.lock:
-            if self.closed or self.sync_failed is not None:
-                self._check_open()
-            if not buffer.room_for(payload):
-                with self._flocked():
-                    self._materialize_locked()
-                if not buffer.room_for(payload):
-                    return -1  # larger than the buffer: the caller writes it directly
-            if not self._holding_for_precommit:
-                with self._flocked():
-                    self._check_space(payload)
-                    self._holding_for_precommit = True
-                    self._publish_head()
-            offset = self.end_offset + buffer.count
-            buffer.append(
-                offset, key, value, key_length, value_length, timestamp, headers, decoded_headers
-            )
-            return offset
-
-    # -- linger ------------------------------------------------------------------------
-    def append_linger(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: dict[str, bytes] | None,
-    ) -> int:
-        """Buffer one checked record in memory (``linger.py``); returns its offset.
-
-        The first buffered record takes the writers' lock, kept until the buffer is
-        written, so the offsets handed out are final."""
-        buffer = self.linger
-        assert buffer is not None
-        with self.lock:
-            if self.closed or self.sync_failed is not None:
-                self._check_open()
-            if not buffer.count:
-                try:
-                    with self._flocked():
-                        if self.precommit is not None and self.precommit.count:
-                            self._materialize_locked()
-                        self._check_space(BATCH_HEADER.size)
-                        self._holding_for_linger = True
-                except OSError as error:
-                    raise self._refusal(error) from error
-                buffer.start(self.end_offset, time.monotonic())
-                offset = buffer.append(key, value, timestamp, headers)
-                self._kick.set()  # the interval thread sleeps while the buffer is empty
-            else:
-                offset = buffer.append(key, value, timestamp, headers)
-            if buffer.count >= self.config.batch_records or buffer.byte_count >= (
-                self.config.segment_bytes // 2
-            ):
-                self._flush_linger_or_refuse()
-        return offset
-
-    def flush_linger(self, *, older_than: float = 0.0) -> None:
-        """Write the linger buffer if it holds records buffered ``older_than`` seconds ago."""
-        buffer = self.linger
-        if buffer is None or not buffer.count:
-            return
-        with self.lock:
-            if self.closed or self.sync_failed is not None:
-                return
-            if not buffer.count or time.monotonic() - buffer.started < older_than:
-                return
-            self._flush_linger_or_refuse()
-        if self._sync_always:
-            self.sync_all()  # the timer's write is as durable as any other under "always"
-
-    def _flush_linger_or_refuse(self) -> None:
-        try:
-            with self._flocked():
-                self._flush_linger_locked()
-        except OSError as error:
-            raise self._refusal(error) from error
-
-    def _flush_linger_locked(self) -> None:
-        """Write the buffered records as batches (caller holds both locks), then let the
-        writers' lock go. On a failed write the records not yet written stay buffered (and
-        their offsets stay reserved) for the next flush to retry."""
-        buffer = self.linger
-        assert buffer is not None
-        count = buffer.count
-        if count:
-            written = 0
-            try:
-                for written_to, batch in self._encode_in_batches(
-                    buffer.keys,
-                    buffer.values,
-                    buffer.timestamps,
-                    buffer.headers if any(buffer.headers) else None,
-                    buffer.byte_count,
-                ):
-                    self._write_locked(batch)
-                    written = written_to
-            finally:
-                if written:
-                    self.write_seq += 1
-                    self._publish_head()
-                    if written < count:
-                        buffer.drop_first(written)
-            buffer.clear()
-        self._holding_for_linger = False
-
-    def materialize(self) -> None:
-        if self.linger is not None and self.linger.count:
-            with self.lock:
-                if not self.closed and self.sync_failed is None and self.linger.count:
-                    self._flush_linger_or_refuse()
-        if self.precommit is None:
-            return
-        with self.lock:
-            if self.closed or self.sync_failed is not None:
-                return  # after a failed fsync the entries wait in the buffer for a reopen
-            if self.precommit.count or self._holding_for_precommit:
-                with self._flocked():
-                    self._materialize_locked()
-
     @property
     def torn_bytes_dropped(self) -> int:
         """Bytes cut off the newest segment by reopening, since the last findings."""
@@ -1065,71 +784,6 @@ class SegmentWriter:
         self.rebuilt_indexes = []
         self.precommit_recovered = 0
         return found
-
-    def materialize_left_pending(self) -> None:
-        """Open-time recovery's pass 6 (caller holds both locks): entries still in the
-        precommit buffer at open belong to a stopped writer, flagged in the head or not;
-        write them (those already in the log are skipped), counted in
-        ``precommit_recovered``."""
-        buffer = self.precommit
-        if buffer is not None and not self._holding_for_precommit and buffer.entries().offsets:
-            self.precommit_recovered += self._materialize_locked()
-
-    def _materialize_locked(self) -> int:
-        """Turn pending precommit entries into batches (caller holds both locks). Returns
-        how many entries were written (entries already in the log are skipped)."""
-        buffer = self.precommit
-        if buffer is None:
-            path = os.path.join(self.directory, filenames.PRECOMMIT)
-            buffer = self.precommit = PrecommitBuffer(path, 0)
-            self.plain_single = self.steady = False
-        entries = buffer.unwritten(self.end_offset)
-        written = len(entries.offsets)
-        if written:
-            for _, batch in self._encode_in_batches(
-                entries.keys,
-                entries.values,
-                entries.timestamps,
-                entries.headers,
-                buffer.bytes_pending,
-            ):
-                self._write_locked(batch)
-            self.write_seq += 1
-        buffer.clear()
-        self._holding_for_precommit = False
-        self._publish_head()
-        return written
-
-    def _encode_in_batches(
-        self,
-        keys: list[bytes | None],
-        values: list[bytes | None],
-        timestamps: list[int],
-        headers: list[dict[str, bytes] | None] | None,
-        raw_bytes: int,
-    ) -> Iterator[tuple[int, EncodedBatch]]:
-        """Buffered records (linger, precommit) as batches, each with the index just past
-        its last record: one batch, or, when the buffer held more than half a segment
-        (``raw_bytes``), the batches :func:`split_points` cuts, so segments still roll near
-        ``segment_bytes``. Encoded one at a time, as they are written."""
-        config = self.config
-        cuts = [(0, len(keys))]
-        if raw_bytes > config.segment_bytes // 2:
-            sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
-            cuts = split_points(sizes, config.segment_bytes)
-        codec = 1 if config.compression == "zstd" else 0
-        for lo, hi in cuts:
-            yield (
-                hi,
-                encode_batch(
-                    keys[lo:hi],
-                    values[lo:hi],
-                    timestamps[lo:hi],
-                    headers=headers[lo:hi] if headers is not None else None,
-                    codec=codec,
-                    level=config.compression_level,
-                ),
-            )
 
     # -- maintenance hooks used by retention, the cleaner and recovery ------------------
     @contextmanager
