@@ -1,59 +1,12 @@
 """The cleaning algorithm (Kafka's ``Cleaner``): pure, given ``now`` and ``should_abort``.
 
-:func:`clean_log` runs one pass over a log directory. The caller holds the cleaner lock
-(``.cleaner.lock``); writers may append and readers read throughout. Only closed segments
-are touched (the newest segment is the writers'), and only through ``swap.py``.
-
-One pass, in order:
-
-1. **Select.** The cleaner point ``p`` (``cleaner.checkpoint``) splits the closed segments
-   into a clean section and a dirty section (Kafka's "tail" and "head"; here "head" is
-   only the writers' state in ``.lock``). The dirty section ends at the first uncleanable
-   offset ``u``: the active segment's base, or the base of the first segment holding a
-   record younger than ``min_compaction_lag_ms``. Dirty ratio = dirty bytes / (clean +
-   dirty bytes), counting whole segments (``dirty.py`` is the one place that computes
-   these, for every figure that shows them). Unless forced, the pass runs only when the ratio
-   is at least ``min_cleanable_dirty_ratio``, when the first dirty record is older than
-   ``max_compaction_lag_ms``, or when tombstones may have expired.
-2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
-   digest). When it fills, it stops at the first record that did not fit: that offset
-   ``e`` is where the cleaner point moves; otherwise ``e = u``. Reading stops about one
-   window after the map fills (the map stages about the room it has left, and the dirty
-   section is read in windows no longer than the stage still takes), so a small map over a
-   long dirty section reads about what it covers, not all of it.
-3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
-   not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
-4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
-   segment joins the current group while the group's output so far plus the segment's
-   size fits ``segment_bytes``, or while that output is still empty (so a segment whose
-   records are all superseded never stays behind as an empty file: its offsets join the
-   next group's file, which starts at the same base), and the group spans fewer than 2**32
-   offsets. A record is kept iff its key has no later record in the map, it is not a
-   tombstone whose ``delete_retention_ms`` (counted from when a pass first moved the
-   cleaner point past it) has run out, and it is not below the log start offset. Batches
-   that lose nothing
-   are copied byte for byte; batches that lose some are re-encoded with their offsets,
-   timestamps and headers; empty batches are dropped; runs of small batches (single
-   appends) are merged: their surviving records become one batch of at most about
-   ``cleaner_merge_batch_bytes``. Each group goes to
-   ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
-   :func:`compactlog.storage.swap.replace_segments` (whose docstring is the crash protocol). A
-   group of one segment that lost nothing is left alone.
-5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e`` and the
-   tombstone marks (``[e, now]`` appended when this pass passed tombstones; marks whose
-   tombstones have all expired dropped). Death before this step only repeats work.
-
-``should_abort`` is polled between batches; an abort removes the group in progress and
-leaves the checkpoint as it was (groups already swapped are valid cleaned states).
-
-How it stays fast (``docs/compaction.md``, "Performance"): batches are handled in windows
-of about :data:`WINDOW_RECORDS` records (:data:`WINDOW_BYTES`), hashed and looked up at
-once; in step 4 a record of ``[p, e)`` is judged by a bitmap of the map's offsets (it was
-put in the map, so it is superseded iff its offset is not its key's latest) and only
-records below ``p`` are looked up by digest; the kept records of a window are filtered
-once and each batch encoded straight into one buffer (:class:`~.columns.KeptColumns`);
-and the disk blocks of replaced segments are freed by a helper thread (:class:`_Releaser`),
-off the critical path, without changing the swap protocol or the disk space it needs.
+:func:`clean_log` runs one pass over a log directory: select the dirty section, build the
+offset map over it, verify what will be rewritten, rewrite closed segments in groups
+through ``storage/swap.py`` (whose docstring is the crash protocol), write the checkpoint.
+The caller holds the cleaner lock; writers append and readers read throughout. The steps,
+the rules for what a record keeps and how a pass stays fast: docs/compaction.md ("How a
+pass works", "Performance"). ``should_abort`` is polled between batches; an abort removes
+the group in progress and leaves the checkpoint as it was.
 """
 
 from __future__ import annotations

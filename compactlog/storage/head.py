@@ -1,49 +1,14 @@
 """The writers' lock file ``.lock`` and the shared head state it carries.
 
-Writers in any process take an exclusive ``flock`` on ``.lock`` around each append. The
-first 36 bytes of the file describe the log's head as the last writer left it::
+Writers in any process take an exclusive ``flock`` on ``.lock`` around each append; its
+first bytes hold the head (active segment, end offset, size, CRC), the writing mark, the
+doorbell, the sync point and the boot id, each stored into a map of the file. Readers read
+the head without a lock (the CRC tells a torn read). The layout and what each field
+promises after a crash or a power loss: docs/format.md, section 10.
 
-    magic u32 "CLHD" | flags u32 | active_base i64 | end_offset i64 | active_size i64 | crc u32
-
-A writer that finds the head equal to its own cached view (and the active segment's size on
-disk equal to ``active_size``) knows nobody else wrote and appends at once; otherwise it
-re-reads the directory and validates the tail (see ``tail.open_newest_tail``).
-Readers may read the head without any lock: the CRC tells a torn read, which they retry.
-
-Byte 36 of ``.lock`` is the *writing mark*: a writer sets it to 1 (a store into its mmap of
-the file, no system call) before it writes a batch, and publishing the new head stores bytes
-[0, 37) and so clears it. A writer that finds the head and the mark exactly
-as it last published them therefore knows, without reading the segment's size, that nobody
-else wrote and that nobody died halfway through a write; a mark left at 1 by a killed process
-sends the next writer through the full validation. The file is 96 bytes long.
-
-Every writer publishes the head with a store into that mmap (no system call), so the
-``pwrite`` that inotify would see is gone from the append path. Byte 37 is the *doorbell*:
-a subscriber about to sleep on its inotify watch of ``.lock`` stores 1 there (into its own
-map, which makes no event) and then checks the head once more; a writer that publishes a
-head and finds the doorbell set clears it and rings it with one ``pwrite`` of the head it
-just stored, which inotify reports to every sleeping subscriber. So a writer pays the
-system call only when someone is waiting, and a subscriber that cannot map the file, or
-misses a ring, still re-checks the head on its safety timer (``watch.HeadWatcher``).
-
-Bytes [64, 80) hold the *boot id* of the machine when the last writer opened the log
-(stored once recovery has published a head that matches the data): readers trust the head
-only when it equals this boot's (:func:`read_published_head`).
-
-Bytes [40, 64) of ``.lock`` hold the *sync point* (``base i64 | size i64 | crc u32 | 4
-spare``): segment ``base`` up to byte ``size``, and every segment before it, were on disk
-(fdatasynced, with their directory entries) when a writer stored it. A writer stores it after
-each successful sync and makes it durable (an ``fdatasync`` of ``.lock``) only now and then
-(``durability.SyncPoint.store``), so after a power loss it may be older than
-the truth, never newer. Recovery and readers use it to tell data that a power loss may
-legitimately have left half-written (past it: cut, and reported) from corruption (before
-it: an error).
-
-``.writers.lock`` says who may write at all: every writable open holds a shared ``flock`` on
-it for its lifetime, and ``exclusive=True`` holds an exclusive one (and writes ``pid N
-exclusive`` into it), so an exclusive writer and any other writer refuse each other at
-open, with an error naming the exclusive holder's pid, never by blocking. A killed process's
-locks go with it.
+``.writers.lock`` says who may write at all: every writable open holds a shared ``flock``
+on it, ``exclusive=True`` an exclusive one stamped with its pid (``lockfile.py``), so an
+exclusive writer and any other refuse each other at open, never by blocking.
 """
 
 from __future__ import annotations
