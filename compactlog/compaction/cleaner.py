@@ -11,7 +11,6 @@ the group in progress and leaves the checkpoint as it was.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -31,28 +30,23 @@ from ..storage.segment import (
     HEADER_SIZE,
     SegmentReader,
     TimestampCache,
-    index_path,
-    new_segment_bytes,
     read_all,
-    segment_path,
-    write_index,
 )
 from ..storage.state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
 from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
+from .group import GroupWriter
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
-WRITE_CHUNK = 1 << 20
 WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
 WINDOW_BYTES = 8 << 20  # bytes of batches held at once
 # the dirty bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
 # most 4 bytes per map key; a longer dirty section (many versions per key) is looked up by
 # digest
 BITMAP_OFFSETS_PER_KEY = 32
-WRITEBACK_CHUNK = 8 << 20  # start writing a rewrite back every this many bytes
 
 
 class Throttler:
@@ -123,100 +117,6 @@ class _Marks:
             return np.full(len(offsets), self.now, dtype=np.int64)
         i = np.searchsorted(self.ends, offsets, side="right")
         return np.where(i < len(self.ts), self.ts[np.minimum(i, len(self.ts) - 1)], self.now)
-
-
-def _writeback_starter() -> Callable[[int, int, int], None]:
-    """Linux ``sync_file_range(fd, start, length, SYNC_FILE_RANGE_WRITE)``: start writing
-    dirty pages back without waiting. A hint only: the swap's fsync is what makes a rewrite
-    durable, and finds less left to wait for. A no-op where it is not available."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError):
-        return lambda fd, start, length: None
-    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    call.restype = ctypes.c_int
-
-    def start(fd: int, offset: int, length: int) -> None:
-        call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; a failure changes nothing
-
-    return start
-
-
-_start_writeback = _writeback_starter()
-
-
-class _GroupWriter:
-    """Writes one group's ``<first>.log.rw`` and collects its index entries."""
-
-    def __init__(self, fs: FileSystem, directory: str, first: int, interval: int) -> None:
-        self.fs = fs
-        self.directory = directory
-        self.first = first
-        self.interval = interval
-        self.segments: list[Segment] = []
-        self.path = filenames.rewrite_name(segment_path(directory, first))
-        self.fd = -1  # created at the first write: a group left alone never makes a file
-        self.created = False
-        self.pending: list[bytes | np.ndarray] = [new_segment_bytes()]
-        self.pending_bytes = HEADER_SIZE
-        self.size = HEADER_SIZE
-        self.entries: list[tuple[int, int]] = []
-        self.last_entry = -1
-        self.changed = False
-        self.installing = False  # from here on, the swap protocol owns the files
-        self.before_write: Callable[[], None] | None = None  # called before the first write
-        self.written = 0  # bytes written to the file so far
-        self.hinted = 0  # bytes whose writeback was started (see _start_writeback)
-
-    def add(self, base_offset: int, *parts: bytes | np.ndarray) -> int:
-        """Append one batch (its bytes, possibly in parts); returns its size."""
-        if self.last_entry < 0 or self.size - self.last_entry >= self.interval:
-            self.entries.append((base_offset, self.size))
-            self.last_entry = self.size
-        size = 0
-        for part in parts:
-            self.pending.append(part)
-            size += len(part)
-        self.pending_bytes += size
-        self.size += size
-        if self.pending_bytes >= WRITE_CHUNK:
-            self._flush()
-        return size
-
-    def _flush(self) -> None:
-        if self.before_write is not None:
-            self.before_write()
-            self.before_write = None
-        if self.pending:
-            if not self.created:
-                self.fd = self.fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                self.created = True
-            self.fs.write(self.fd, b"".join(self.pending))
-            self.written += self.pending_bytes
-            self.pending = []
-            self.pending_bytes = 0
-            if self.written - self.hinted >= WRITEBACK_CHUNK:
-                _start_writeback(self.fd, self.hinted, self.written - self.hinted)
-                self.hinted = self.written
-
-    def finish(self) -> None:
-        self._flush()
-        self.fs.close(self.fd)
-        self.fd = -1
-        write_index(self.fs, self.directory, self.first, self.entries, temp=True)
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            self.fs.close(self.fd)
-            self.fd = -1
-        if not self.created:
-            return
-        for path in (self.path, filenames.rewrite_name(index_path(self.directory, self.first))):
-            try:
-                self.fs.remove(path)
-            except FileNotFoundError:
-                pass
 
 
 def _batches(directory: str, base: int) -> Iterator[RecordBatch]:
@@ -382,7 +282,7 @@ def _clean(
     if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
         context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
     stats.segments_before = len(to_clean)
-    group: _GroupWriter | None = None
+    group: GroupWriter | None = None
     releaser = _Releaser()
     try:
         for seg in to_clean:
@@ -393,7 +293,7 @@ def _clean(
                 _install(fs, directory, group, stats, releaser)
                 group = None
             if group is None:
-                group = _GroupWriter(fs, directory, seg.base, config.index_interval_bytes)
+                group = GroupWriter(fs, directory, seg.base, config.index_interval_bytes)
                 group.before_write = releaser.wait
             group.segments.append(seg)
             _clean_segment(directory, seg, group, context)
@@ -615,7 +515,7 @@ class _Context:
         self.retention = self.config.delete_retention_ms
 
 
-def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
+def _clean_segment(directory: str, seg: Segment, group: GroupWriter, ctx: _Context) -> None:
     """Filter one segment into the group's rewrite, a window of batches at a time.
 
     Consecutive small batches (``small_runs.SMALL_BATCH_RECORDS`` records or fewer, such as
@@ -649,7 +549,7 @@ def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Cont
 
 
 def _clean_window(
-    reader: SegmentReader, window: list[RecordBatch], group: _GroupWriter, ctx: _Context
+    reader: SegmentReader, window: list[RecordBatch], group: GroupWriter, ctx: _Context
 ) -> None:
     """Decide the fate of every record of a window at once, then copy, re-encode or drop
     each batch."""
@@ -748,12 +648,12 @@ def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
 def _install(
     fs: FileSystem,
     directory: str,
-    group: _GroupWriter,
+    group: GroupWriter,
     stats: CleanerStats,
     releaser: _Releaser,
 ) -> None:
     """Finish a group: swap it in, or drop the rewrite when it changes nothing (a small
-    one was never written: see ``_GroupWriter.created``)."""
+    one was never written: see ``GroupWriter.created``)."""
     if len(group.segments) == 1 and not group.changed:
         group.discard()
         stats.groups_unchanged += 1

@@ -34,7 +34,7 @@ DISK_FULL = frozenset({errnos.ENOSPC, errnos.EDQUOT})
 
 
 class Group(Protocol):
-    """What :func:`roll_back` reads of the cleaner's group writer (``cleaner._GroupWriter``),
+    """What :func:`roll_back` reads of the cleaner's group writer (``group.GroupWriter``),
     named here so that this module does not import the cleaner back."""
 
     @property
