@@ -146,20 +146,27 @@ def _worker(name: str) -> None:
             operation(log)
         elapsed = clock() - started
         log.close()
-    print(json.dumps({"us": elapsed / count * 1e6}))
+    print(json.dumps({"us": elapsed / count * 1e6, "module": compactlog.__file__}))
 
 
 def _run(name: str, path: str) -> float:
-    env = dict(os.environ, PYTHONPATH=path)
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ab", "--worker", name],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    ).stdout
-    return float(json.loads(out.strip().splitlines()[-1])["us"])
+    # ``python -m`` puts its working directory first on sys.path: run from an empty one, so
+    # that ``compactlog`` comes from ``path`` (this checkout only supplies ``benchmarks``)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([path, here]))
+    with tempfile.TemporaryDirectory() as empty:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.ab", "--worker", name],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=empty,
+        ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    if not result["module"].startswith(os.path.abspath(path) + os.sep):
+        raise SystemExit(f"measured {result['module']}, not the compactlog in {path}")
+    return float(result["us"])
 
 
 def main() -> None:

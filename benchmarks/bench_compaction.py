@@ -148,7 +148,7 @@ def check_output(
 ) -> dict[str, int]:
     """Compare the compacted log with the model: last record per key."""
     import compactlog
-    from compactlog.latest import latest_batches
+    from compactlog.engine.latest import latest_batches
 
     distinct = len(table)
     last = np.full(distinct, -1, dtype=np.int64)
@@ -327,7 +327,7 @@ def run_partial(root: Path | None = None) -> dict[str, Any]:
         )
         child = json.loads(out.stdout.strip().splitlines()[-1])
         with compactlog.open(path, read_only=True) as log:
-            from compactlog.latest import latest_dict
+            from compactlog.engine.latest import latest_dict
 
             live = latest_dict(log)
         expected = {b"key-%06d" % k: b"v" * 64 for k in range(PARTIAL_KEYS)}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import compactlog
-from compactlog.batch_encode import encode_batch
+from compactlog.encoding.batch_encode import encode_batch
 
 from .common import (
     Measurement,

@@ -287,7 +287,7 @@ def interleaved(systems: dict[str, Callable[[], Steps]], say: Callable[[str], No
 def raw_writer(path: Path, chunks: list[Sequence[tuple[bytes, bytes]]]) -> Steps:
     """The issue's raw loop: header + key + value, CRC included, one ``os.write`` each (no
     fsync: the floor; the compactlog rows include their final fsync)."""
-    from compactlog.format import crc32c
+    from compactlog.encoding.format import crc32c
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     write, pack = os.write, RAW_HEADER.pack
@@ -306,7 +306,7 @@ def raw_writer(path: Path, chunks: list[Sequence[tuple[bytes, bytes]]]) -> Steps
 
 def raw_reader(path: Path, chunk: int, expected: int) -> Steps:
     """The raw file read back record by record, CRC checked: the reading floor."""
-    from compactlog.format import crc32c
+    from compactlog.encoding.format import crc32c
 
     data = path.read_bytes()
     unpack = RAW_HEADER.unpack_from

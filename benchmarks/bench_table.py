@@ -119,7 +119,7 @@ def point_reads(directory: str, records: int, reads: int = 200_000) -> dict[str,
     """Random ``get`` per second: the frozen state, then the table's dict."""
     import random
 
-    from compactlog.table_frozen import FrozenState
+    from compactlog.table.table_frozen import FrozenState
 
     sample = [b"key-%012d" % random.randrange(records) for _ in range(reads)]
     out = {}
@@ -263,7 +263,7 @@ def run_disk(
     import gc
     import random
 
-    from compactlog.reader import iter_batches
+    from compactlog.engine.reader import iter_batches
 
     out: dict[str, Any] = {"keys": keys}
     with tempfile.TemporaryDirectory(dir=root) as scratch:

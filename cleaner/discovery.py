@@ -20,14 +20,14 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
-from compactlog import filenames
-from compactlog.compaction.dirty import Segment, TimestampCache, measure
+from compactlog.compaction.dirty import Segment, measure
 from compactlog.config import LogConfig
+from compactlog.engine.snapshot import MANIFEST as SNAPSHOT_MANIFEST
 from compactlog.errors import CompactLogError
-from compactlog.head import read_log_head
-from compactlog.segment import bound_by_head, list_segments, segment_path
-from compactlog.snapshot import MANIFEST as SNAPSHOT_MANIFEST
-from compactlog.state_files import list_checkpoints, read_cleaner_state, read_meta
+from compactlog.storage import filenames
+from compactlog.storage.head import read_log_head
+from compactlog.storage.segment import TimestampCache, bound_by_head, list_segments, segment_path
+from compactlog.storage.state_files import list_checkpoints, read_cleaner_state, read_meta
 
 
 @dataclass(frozen=True, slots=True)

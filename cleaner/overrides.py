@@ -21,7 +21,7 @@ from typing import Any
 
 from compactlog.config import LogConfig, check_change
 from compactlog.errors import ConfigError
-from compactlog.state_files import read_cleaner_state
+from compactlog.storage.state_files import read_cleaner_state
 
 from .config import CleanerConfigError, ServiceConfig
 from .discovery import LogFacts, LogRef

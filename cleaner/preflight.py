@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from compactlog import filenames
 from compactlog.errors import CompactLogError
-from compactlog.state_files import read_meta
+from compactlog.storage import filenames
+from compactlog.storage.state_files import read_meta
 
 from .config import CleanerConfigError, ServiceConfig
 from .discovery import discover

@@ -13,11 +13,12 @@ point waits up to the grace period for them before it exits 0.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import threading
 from types import FrameType
+
+from compactlog.storage import lockfile
 
 from .config import SERVICE_LOCK_NAME
 
@@ -42,21 +43,14 @@ class ServiceLock:
         self.fd = -1
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown pid"
-            os.close(fd)
-            raise AlreadyRunningError(self.path, holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-        self.fd = fd
+            self.fd = lockfile.lock(self.path)
+        except lockfile.LockHeld as held:
+            raise AlreadyRunningError(self.path, held.holder or "unknown pid") from None
 
     def release(self) -> None:
         if self.fd >= 0:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
+            lockfile.release(self.fd)
             self.fd = -1
 
 

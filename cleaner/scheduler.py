@@ -23,8 +23,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from compactlog.compaction.dirty import TimestampCache
 from compactlog.errors import CompactLogError
+from compactlog.storage.segment import TimestampCache
 
 from . import overrides
 from .config import ServiceConfig

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from compactlog.fsio import DEFAULT_FS
+from compactlog.storage.fsio import DEFAULT_FS
 
 STATE_VERSION = 1
 
@@ -52,13 +52,3 @@ def remove_stray_temps(path: str) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

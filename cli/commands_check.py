@@ -18,7 +18,7 @@ def verify(path: str, as_json: bool) -> int:
     within and across batches and segments), every index entry against the batch it points
     at, the meta file, subscriber checkpoints (readable, named right, not stuck below the log
     start, not past the end), the cleaner checkpoint and, after a clean close, the head in
-    .lock (within the newest segment): the invariants of compactlog.invariants, which
+    .lock (within the newest segment): the invariants of compactlog.engine.invariants, which
     Log.check() asserts. Read-only: safe beside live writers
     (bytes past what the writers have published are a write in progress, not a problem).
     On a snapshot it also checks every file against the manifest (size and CRC).
@@ -29,8 +29,8 @@ def verify(path: str, as_json: bool) -> int:
       compactlog verify ./demo-data/log --json | jq '.problems[]'
       compactlog verify ./demo-data/snap      # a snapshot: also its manifest
     """
+    from compactlog.engine.snapshot import MANIFEST, is_snapshot, verify_manifest
     from compactlog.errors import CompactLogError
-    from compactlog.snapshot import MANIFEST, is_snapshot, verify_manifest
 
     from .common import writer_holders
     from .scan import verify_log

@@ -51,7 +51,7 @@ def _state_path(where: str | None) -> str:
 def _liveness(document: dict[str, Any]) -> tuple[bool, str]:
     """``(healthy, text)``. A ``--once`` run (cron) is healthy when it finished and its
     round had no failed or uncleanable log; a service, when its process is alive."""
-    from compactlog.cleaner.state import pid_alive
+    from compactlog.storage.lockfile import pid_alive
 
     pid = document.get("pid")
     last = document.get("last_round")

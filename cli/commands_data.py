@@ -62,7 +62,7 @@ def segments(path: str, as_json: bool) -> int:
       compactlog segments ./demo-data/log
       compactlog segments ./demo-data/log --json | jq '.segments[].records'
     """
-    from compactlog.state_files import read_cleaner_state
+    from compactlog.storage.state_files import read_cleaner_state
 
     from .scan import summarize_segments
 
@@ -144,7 +144,7 @@ class Formats:
     naming its offset (``undecodable`` counts them)."""
 
     def __init__(self, log: Any, *, encoding: str, as_json: bool, raw: bool) -> None:
-        from compactlog.serde import RAW
+        from compactlog.encoding.serde import RAW
 
         self.encoding = encoding
         self.as_json = as_json
@@ -539,7 +539,7 @@ def stats(path: str, as_json: bool) -> int:
 
     import numpy as np
 
-    from compactlog import filenames
+    from compactlog.storage import filenames
 
     from .scan import dirty_figures, dirty_text, salvage_batches
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from compactlog import filenames
+from compactlog.storage import filenames
 
 from .common import json_option, refuse_if_busy
 from .output import CliError, emit_json, human_bytes, human_count, print_fields, to_plain
@@ -80,14 +80,14 @@ def _generate(
 
 
 def _log_bytes(directory: str) -> int:
-    from compactlog.segment import list_segments, segment_path
+    from compactlog.storage.segment import list_segments, segment_path
 
     return sum(os.path.getsize(segment_path(directory, b)) for b in list_segments(directory))
 
 
 def _latest(log: Any) -> tuple[dict[bytes, bytes], str]:
     try:
-        import compactlog.latest  # noqa: F401
+        import compactlog.engine.latest  # noqa: F401
     except ImportError:
         state: dict[bytes, bytes | None] = {}
         for batch in log.read_batches():

@@ -44,7 +44,7 @@ def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
       compactlog create ./log -c segment_bytes=16MiB -c compression=zstd --json
     """
     import compactlog
-    from compactlog import filenames
+    from compactlog.storage import filenames
 
     directory = os.path.abspath(path)
     if os.path.exists(os.path.join(directory, filenames.META)):
@@ -61,9 +61,9 @@ def create(path: str, settings: tuple[str, ...], as_json: bool) -> None:
 
 
 def meta_document(directory: str) -> dict[str, Any]:
-    from compactlog import filenames
-    from compactlog.head import read_log_head
-    from compactlog.state_files import list_checkpoints, read_cleaner_state
+    from compactlog.storage import filenames
+    from compactlog.storage.head import read_log_head
+    from compactlog.storage.state_files import list_checkpoints, read_cleaner_state
 
     from .scan import batch_bytes, dirty_figures
 

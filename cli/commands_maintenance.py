@@ -118,9 +118,9 @@ def retention(path: str, dry_run: bool, force: bool, as_json: bool) -> None:
     """
     import time
 
-    from compactlog import retention as library_retention
-    from compactlog.head import read_log_head
-    from compactlog.segment import list_segments, segment_data_size
+    from compactlog.storage import retention as library_retention
+    from compactlog.storage.head import read_log_head
+    from compactlog.storage.segment import list_segments, segment_data_size
 
     directory = log_dir(path)
     if dry_run:

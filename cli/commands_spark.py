@@ -128,11 +128,13 @@ def restore(
           --schema 'name STRING, balance DOUBLE' --as-of 1000000
       compactlog restore ./log --to ./out --engine spark --master spark://host:7077
     """
+    from compactlog.spark.options import json_schema_problem
     from compactlog.spark.restore import restore as run_restore
 
-    if value_format == "json" and not value_schema:
+    problem = json_schema_problem(value_format, value_schema)
+    if problem == "schema":
         raise click.UsageError("--value-format json needs --schema DDL")
-    if value_schema and value_format not in (None, "json"):
+    if problem == "format":
         raise click.UsageError("--schema needs --value-format json")
     result = run_restore(
         log_dir(path),

@@ -50,7 +50,7 @@ def subscriber_rows(directory: str) -> dict[str, Any]:
     with open_read_only(directory) as log:
         start, end = log.start_offset, log.end_offset
         try:
-            from compactlog.subscriber import lag_report
+            from compactlog.engine.subscriber import lag_report
         except ImportError:
             rows = _rows_from_headers(directory, log.subscribers(), start)
         else:
@@ -66,7 +66,7 @@ def subscriber_rows(directory: str) -> dict[str, Any]:
                 }
                 for row in sorted(lag_report(log), key=lambda r: r.name)
             ]
-    from compactlog.subscriber import name_holder
+    from compactlog.engine.subscriber import name_holder
 
     for row in rows:
         row["consumer_pid"] = name_holder(directory, row["name"])
@@ -311,7 +311,7 @@ def seek(
       compactlog subscribers seek ./log billing --to-timestamp 2024-05-01T00:00:00Z
     """
     from compactlog import SubscriberBusyError
-    from compactlog.subscriber import set_committed
+    from compactlog.engine.subscriber import set_committed
 
     from .scan import offset_for_timestamp
 

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import click
 
-from compactlog import filenames
+from compactlog.storage import filenames
+from compactlog.storage.lockfile import holders as lock_holders
 
 from .output import CliError, UsageProblem
 
@@ -140,33 +141,6 @@ def _command_of(pid: int) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _flock_holders(inode: int, device: int) -> set[int]:
-    """Pids that ``/proc/locks`` says hold a lock on this inode (Linux only)."""
-    pids: set[int] = set()
-    try:
-        with open("/proc/locks") as handle:
-            lines = handle.readlines()
-    except OSError:
-        return pids
-    for line in lines:
-        fields = line.split()
-        if "->" in fields:  # a waiter, not a holder
-            continue
-        for i, item in enumerate(fields):
-            if item.count(":") == 2 and i > 0 and fields[i - 1].lstrip("-").isdigit():
-                major, minor, ino = item.split(":")
-                try:
-                    same = int(ino) == inode and os.makedev(int(major, 16), int(minor, 16)) == (
-                        device
-                    )
-                except ValueError:
-                    same = False
-                if same:
-                    pids.add(int(fields[i - 1]))
-                break
-    return pids
-
-
 def _opened_for_writing(pid: str, fd: str) -> bool:
     """Whether descriptor ``fd`` of ``pid`` was opened for writing (``/proc/<pid>/fdinfo``
     ``flags``, octal). Readers (subscribers, read-only opens) open ``.lock`` read-only. If
@@ -229,9 +203,9 @@ def writer_holders(directory: str) -> list[Holder]:
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BlockingIOError:
             held = True
+        lockers = (lock_holders(fd) or set()) if held else set()
     finally:
         os.close(fd)
-    lockers = _flock_holders(stat.st_ino, stat.st_dev) if held else set()
     openers = _openers(lock_path, stat.st_ino, stat.st_dev)
     holders = [Holder(pid, _command_of(pid), pid in lockers) for pid in sorted(lockers | openers)]
     if held and not holders:

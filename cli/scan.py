@@ -1,10 +1,11 @@
 """Whole-log inspections built on the library's own scanning (never a second parser).
 
-Batches are read with ``compactlog.segment.SegmentReader`` (offset ranges trimmed by
-``compactlog.reader.Wanted``), resynced with ``find_next_valid_batch``; file names are
-classified by ``compactlog.filenames.parse_filename``; state files are read through
-``compactlog.state_files``. ``verify`` is ``compactlog.invariants.verify_log``, the checks
-of ``Log.check()``. This module only walks and reports.
+Batches are read with ``compactlog.storage.segment.SegmentReader`` (offset ranges trimmed by
+``compactlog.engine.reader.Wanted``), resynced with ``find_next_valid_batch``; file names are
+classified by ``compactlog.storage.filenames.parse_filename``; state files are read through
+``compactlog.storage.state_files``. ``verify`` is
+``compactlog.engine.invariants.verify_log``, the checks of ``Log.check()``. This module
+only walks and reports.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compactlog import filenames
-from compactlog.batch_decode import RecordBatch
+from compactlog.encoding.batch_decode import RecordBatch
+from compactlog.encoding.format import find_next_valid_batch
+from compactlog.engine.invariants import MappedFile, Problem, VerifyReport, verify_log
+from compactlog.engine.reader import Wanted
 from compactlog.errors import CompactLogError, CorruptLogError
-from compactlog.format import find_next_valid_batch
-from compactlog.head import read_log_head
-from compactlog.invariants import MappedFile, Problem, VerifyReport, verify_log
-from compactlog.reader import Wanted
-from compactlog.segment import (
+from compactlog.storage import filenames
+from compactlog.storage.head import read_log_head
+from compactlog.storage.segment import (
     HEADER_SIZE,
     SegmentReader,
     bound_by_head,
@@ -156,7 +157,7 @@ def salvage_batches(
 ) -> Iterator[RecordBatch]:
     """Batches holding offsets in ``[start, end)``, skipping damaged regions.
 
-    Like ``compactlog.reader.iter_batches`` but a corrupt batch is reported to
+    Like ``compactlog.engine.reader.iter_batches`` but a corrupt batch is reported to
     ``on_problem`` and reading resumes at the next valid batch (found with the library's
     ``find_next_valid_batch``) instead of stopping. A torn tail of the newest segment is
     not a problem: it is a write in progress.
@@ -208,7 +209,7 @@ def _next_valid(path: str, position: int) -> int | None:
 def offset_for_timestamp(directory: str, start: int, timestamp_ms: int) -> int | None:
     """The first offset whose record timestamp is >= ``timestamp_ms`` (Kafka's
     offsetsForTimes); ``None`` when every record is older."""
-    from compactlog.reader import iter_batches
+    from compactlog.engine.reader import iter_batches
 
     for batch in iter_batches(directory, start, None):
         if batch.header.max_ts < timestamp_ms:

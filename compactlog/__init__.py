@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _old_paths
 from .config import LogConfig
 from .errors import (
     CompactionError,
@@ -42,30 +43,32 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .batch_decode import Record, RecordBatch
     from .compaction.stats import CleanerStats
-    from .format import FORMAT_VERSION
+    from .encoding.batch_decode import Record, RecordBatch
+    from .encoding.format import FORMAT_VERSION
+    from .engine.recovery import RepairReport
+    from .engine.snapshot import Snapshot
+    from .engine.subscriber import Subscriber
     from .log import Log
     from .log import open_log as open
-    from .recovery import RepairReport
     from .repair_log import repair
-    from .snapshot import Snapshot
-    from .subscriber import Subscriber
-    from .table import Table
+    from .table.table import Table
 
 _LAZY = {
-    "FORMAT_VERSION": ("format", "FORMAT_VERSION"),
-    "Record": ("batch_decode", "Record"),
-    "RecordBatch": ("batch_decode", "RecordBatch"),
+    "FORMAT_VERSION": ("encoding.format", "FORMAT_VERSION"),
+    "Record": ("encoding.batch_decode", "Record"),
+    "RecordBatch": ("encoding.batch_decode", "RecordBatch"),
     "CleanerStats": ("compaction.stats", "CleanerStats"),
     "Log": ("log", "Log"),
-    "Snapshot": ("snapshot", "Snapshot"),
-    "Subscriber": ("subscriber", "Subscriber"),
+    "Snapshot": ("engine.snapshot", "Snapshot"),
+    "Subscriber": ("engine.subscriber", "Subscriber"),
     "open": ("log", "open_log"),
-    "RepairReport": ("recovery", "RepairReport"),
-    "Table": ("table", "Table"),
+    "RepairReport": ("engine.recovery", "RepairReport"),
+    "Table": ("table.table", "Table"),
     "repair": ("repair_log", "repair"),
 }
+
+_old_paths.install()
 
 
 def __getattr__(name: str) -> Any:

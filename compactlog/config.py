@@ -30,7 +30,7 @@ MAX_MERGE_BYTES = 256 * MIB  # cleaner_merge_batch_bytes: 0 (never merge) up to 
 CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "consumed")
 COMPRESSIONS = ("none", "zstd")
 SYNC_POLICIES = ("always", "interval", "os")
-SERDE_FORMATS = ("bytes", "str", "json")  # serde.FORMATS (not imported: serde needs format.py)
+SERDE_FORMATS = ("bytes", "str", "json")  # serde.FORMATS (not imported: serde imports config)
 
 # How one process writes, not what the log is: each writer fsyncs its own appends by its own
 # policy and holds its own lingering records in memory, so two processes may differ safely.

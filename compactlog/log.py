@@ -1,8 +1,9 @@
 """The public :class:`Log`: one directory of segments, opened by :func:`open_log`.
 
-This module composes the pieces; it owns no file format. Appends go through
-``writer.SegmentWriter``, reads through ``reader.iter_batches``, open-time recovery through
-``recovery``, retention through ``retention``.
+This module composes the pieces; it owns no file format. Appends go through ``appends.py``
+(a part of :class:`Log`) to ``engine.writer.SegmentWriter``, reads through
+``engine.reader.iter_batches``, open-time recovery through ``engine.recovery``, retention
+through ``storage.retention``.
 """
 
 from __future__ import annotations
@@ -16,42 +17,14 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from time import time_ns
 from typing import TYPE_CHECKING, Any
 
-from . import filenames, recovery, retention
-from .batch_decode import Record, RecordBatch
-from .batch_encode import EncodedBatch, encode_batch, encode_within_segment
+from .appends import LogAppends
 from .config import PER_PROCESS, WRITER_CACHED, LogConfig, check_change
-from .errors import (
-    CompactLogError,
-    ConfigError,
-    InvalidArgumentError,
-    InvalidRecordError,
-    LogClosedError,
-    LogLockedError,
-    NotALogError,
-    ReadOnlyLogError,
-    RecordTooLargeError,
-    SettingIgnoredWarning,
-)
-from .format import CODECS, encode_headers
-from .fsio import DEFAULT_FS, FileSystem, make_directories
-from .head import (
-    lock_exclusive,
-    other_writers,
-    read_log_head,
-    register_writer,
-    release_writer,
-    try_lock_exclusive,
-    unlock,
-)
-from .log_identity import new_log_id
-from .reader import iter_batches
-from .segment import list_segments, segment_data_size
-from .serde import (
+from .encoding.batch_decode import Record, RecordBatch
+from .encoding.serde import (
     RAW,
     Deserializer,
     Serde,
@@ -60,14 +33,36 @@ from .serde import (
     serde_for,
     serializing_append,
 )
-from .single import build_plain_append
-from .state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
-from .writer import SegmentWriter
+from .engine import recovery
+from .engine.reader import iter_batches
+from .engine.single import build_plain_append
+from .engine.writer import SegmentWriter
+from .errors import (
+    ConfigError,
+    InvalidArgumentError,
+    LogClosedError,
+    LogLockedError,
+    NotALogError,
+    ReadOnlyLogError,
+    SettingIgnoredWarning,
+)
+from .storage import filenames, lockfile, retention
+from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
+from .storage.head import (
+    lock_exclusive,
+    other_writers,
+    read_log_head,
+    register_writer,
+    release_writer,
+)
+from .storage.log_identity import new_log_id
+from .storage.segment import TimestampCache, list_segments, segment_data_size
+from .storage.state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
     from .compaction.stats import CleanerStats
-    from .snapshot import Snapshot
-    from .subscriber import Subscriber
+    from .engine.snapshot import Snapshot
+    from .engine.subscriber import Subscriber
 
 
 def wall_clock_ms() -> int:
@@ -77,7 +72,7 @@ def wall_clock_ms() -> int:
 WAIT_POLL_S = (0.01, 0.25)  # wait=: first and longest pause between looks for ``meta``
 
 
-class Log:
+class Log(LogAppends):
     """An open log. Thread-safe; share one per process, or open it in many processes.
 
     ``exclusive=True`` makes this open the log's only writer for its lifetime (Kafka's one
@@ -90,7 +85,7 @@ class Log:
     Keys and values are converted by the formats the log declares (``key_format``,
     ``value_format``) or by ``key_serializer``/``value_serializer`` and
     ``key_deserializer``/``value_deserializer`` given here (callables or built-in format
-    names; see :mod:`compactlog.serde`); ``raw=True`` ignores both (bytes in, bytes out).
+    names; see :mod:`compactlog.encoding.serde`); ``raw=True`` ignores both (bytes in, bytes out).
 
     Settings (``**config``) come in two groups (``config.PER_PROCESS``; the user guide,
     sections 3 and 8). *Stored* settings are the log's own: applied when this open creates the
@@ -158,7 +153,7 @@ class Log:
         self._closed = False
         self._meta_lock = threading.Lock()
         self._subscribers: weakref.WeakSet[Any] = weakref.WeakSet()  # closed by close()
-        self._timestamp_cache: dict[tuple[int, int, int], int | None] = {}
+        self._timestamp_cache: TimestampCache = {}
         self.recovery_report: list[str] = []
         self.writer: SegmentWriter | None = None
         self._plain_installed = False  # whether append is the plain path's (single.py)
@@ -397,7 +392,12 @@ class Log:
             remedy=remedy,
             path=self.directory,
         )
-        check_stored(self.directory, meta.log_start_offset, meta.config, changed)
+        check_stored(
+            self.directory,
+            lambda: iter_batches(self.directory, meta.log_start_offset, None),
+            meta.config,
+            changed,
+        )
         if changed != meta.config:
             meta.config = changed
             write_meta(self.fs, self.directory, meta)
@@ -456,225 +456,6 @@ class Log:
     def _first_base(self) -> int:
         bases = list_segments(self.directory)
         return bases[0] if bases else 0
-
-    # -- appending ---------------------------------------------------------------------
-    def append(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        *,
-        timestamp_ms: int | None = None,
-        headers: Mapping[str, bytes] | None = None,
-    ) -> int:
-        """Append one record; returns its offset. ``value=None`` appends a tombstone.
-
-        With the default settings the record is visible to every reader when this returns
-        and durable per the ``sync`` policy. With ``precommit_bytes`` it waits in the
-        crash-safe precommit buffer, with ``linger_ms`` in memory (lost if the process is
-        killed), until the next flush; see the user guide.
-        """
-        # The general path: a plain record usually never gets here, as the open log's own
-        # ``append`` (``single.py``, installed by _choose_append_path) writes it.
-        writer = self.writer
-        if writer is None or self._closed:
-            writer = self._writable()
-        config = self.meta.config
-        if type(key) is bytes and type(value) is bytes:
-            if len(key) + len(value) > config.max_record_bytes:
-                self._refuse_size(len(key) + len(value), config.max_record_bytes)
-        else:
-            _check_record(key, value, config.compacted, self.directory)
-            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-            if size > config.max_record_bytes:
-                self._refuse_size(size, config.max_record_bytes)
-        if timestamp_ms is not None:
-            timestamp = _check_timestamp(timestamp_ms, self.directory)
-        elif self._wall_clock:
-            timestamp = time_ns() // 1_000_000  # wall_clock_ms, inlined
-        else:
-            timestamp = self.clock()
-        if not headers and writer.plain_single and config.compression == "none":
-            return writer.append_record(key, value, timestamp, b"")
-        header_block = _encode_headers(headers, self.directory) if headers else b""
-        if writer.linger is not None:
-            return writer.append_linger(key, value, timestamp, dict(headers) if headers else None)
-        if writer.precommit is not None and config.precommit_bytes > 0:
-            offset = writer.append_precommit(
-                key,
-                value,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-                timestamp,
-                header_block,
-                dict(headers) if headers else None,
-            )
-            if offset >= 0:
-                return offset
-        if config.compression == "none":
-            return writer.append_record(key, value, timestamp, header_block)
-        return self._append_columns([key], [value], timestamp, [headers] if headers else None).start
-
-    def _refuse_size(self, size: int, limit: int) -> None:
-        raise RecordTooLargeError(
-            f"record of {size} bytes exceeds max_record_bytes={limit}", path=self.directory
-        )
-
-    def append_batch(
-        self,
-        records: Iterable[tuple[bytes | None, bytes | None]],
-        *,
-        timestamp_ms: int | None = None,
-        timestamps_ms: Sequence[int] | None = None,
-        headers: Sequence[Mapping[str, bytes] | None] | None = None,
-    ) -> range:
-        """Append ``(key, value)`` pairs as one batch (or a few, if larger than about half a
-        segment); returns the range of offsets assigned, consecutive and in order.
-
-        ``timestamp_ms`` stamps every record alike; ``timestamps_ms`` and ``headers`` give one
-        per record instead. Keys and values are serialized as :meth:`append` does.
-        """
-        self._writable()
-        items = records if isinstance(records, list | tuple) else list(records)
-        if self.serde.serializes:
-            items = self.serde.dump_pairs(items)
-        if not items:
-            end = self.end_offset
-            return range(end, end)
-        try:
-            # two comprehensions, not zip(*items): zip's per-record tuples wake the garbage
-            # collector, which then walks the whole heap (measured: 300 us per 1,000 records)
-            # (unpacking, unlike indexing, also refuses items that are not exactly pairs)
-            keys = [key for key, _value in items]
-            values = [value for _key, value in items]
-        except (TypeError, ValueError):
-            raise InvalidRecordError(
-                "append_batch takes an iterable of (key, value) pairs", path=self.directory
-            ) from None
-        if timestamps_ms is not None:
-            if len(timestamps_ms) != len(keys):
-                raise InvalidRecordError(
-                    "timestamps_ms must have one timestamp per record", path=self.directory
-                )
-            stamps: int | Sequence[int] = [
-                _check_timestamp(t, self.directory) for t in timestamps_ms
-            ]
-        else:
-            stamps = (
-                self.clock()
-                if timestamp_ms is None
-                else _check_timestamp(timestamp_ms, self.directory)
-            )
-        if headers is not None and len(headers) != len(keys):
-            raise InvalidRecordError(
-                "headers must have one entry (or None) per record", path=self.directory
-            )
-        return self._append_columns(keys, values, stamps, headers)
-
-    def _append_columns(
-        self,
-        keys: Sequence[Any],
-        values: Sequence[Any],
-        timestamps: int | Sequence[int],
-        headers: Sequence[Mapping[str, bytes] | None] | None,
-    ) -> range:
-        self._writable()
-        config = self.config
-        codec = CODECS[config.compression]
-        compacted = config.compacted
-
-        def encode(lo: int, hi: int) -> EncodedBatch:
-            whole = lo == 0 and hi == len(keys)
-            return encode_batch(
-                keys if whole else keys[lo:hi],
-                values if whole else values[lo:hi],
-                timestamps if isinstance(timestamps, int) or whole else timestamps[lo:hi],
-                headers=headers if headers is None or whole else headers[lo:hi],
-                codec=codec,
-                level=config.compression_level,
-                allow_none_keys=not compacted,
-            )
-
-        def sizes() -> list[int]:
-            return [
-                (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
-                for k, v in zip(keys, values, strict=True)
-            ]
-
-        try:
-            batches = encode_within_segment(encode, len(keys), sizes, config.segment_bytes)
-        except TypeError as error:
-            if isinstance(error, InvalidRecordError) and error.path is None:  # from format.py
-                raise InvalidRecordError(str(error), path=self.directory) from None
-            if isinstance(error, CompactLogError):
-                raise
-            raise InvalidRecordError(f"bad header: {error}", path=self.directory) from None
-        return self.append_encoded(batches)
-
-    def append_arrow(self, data: Any) -> range:
-        """Append the rows of a ``pyarrow.Table`` or ``RecordBatch``, in order, all or
-        nothing; returns their offsets. Columns: ``key`` and ``value`` (binary or string; a
-        null value is a tombstone), optional ``timestamp`` (a timestamp, or integer ms;
-        null means now) and ``headers`` (``map<string, binary|string>``). Encoded straight
-        from Arrow's buffers (``compactlog.arrow.encode``); other columns are refused."""
-        from .arrow.tables import append_arrow
-
-        return append_arrow(self, data)
-
-    def check_encoded(self, batches: Sequence[EncodedBatch]) -> None:
-        """Refuse batches this log's configuration does not allow: a record larger than
-        ``max_record_bytes``, or a record with no key on a compacted log. Batches encoded
-        by :meth:`append_batch` are checked while encoding; this is for batches encoded
-        elsewhere (the Spark writer's tasks), checked again against the configuration
-        the log has now, when they are appended."""
-        config = self.config
-        for batch in batches:
-            if batch.largest_record > config.max_record_bytes:
-                raise RecordTooLargeError(
-                    f"a record of {batch.largest_record} bytes exceeds "
-                    f"max_record_bytes={config.max_record_bytes}",
-                    path=self.directory,
-                )
-            if batch.null_keys and config.compacted:
-                raise InvalidRecordError(
-                    "a record with no key (None) is not allowed on a compacted log "
-                    f"(cleanup_policy={config.cleanup_policy!r}: every record needs a key)",
-                    path=self.directory,
-                )
-
-    def append_encoded(self, batches: Sequence[EncodedBatch]) -> range:
-        """Append batches already encoded (``batch_encode.encode_batch``/``encode_columns``)
-        back to back, under one hold of the writers' lock; returns their offsets.
-
-        Internal but public: the path of :meth:`append_batch` after encoding, and of
-        writers that encode elsewhere and in parallel (the Spark writer's tasks), so
-        appending is stamping each batch's base offset and writing its bytes. A batch
-        takes ``last_delta + 1`` offsets (its record count, for every fresh batch); keep
-        each within half a segment (``batch_encode.encode_within_segment``) so segments roll
-        near ``segment_bytes``. :meth:`check_encoded` runs first: a refused batch writes
-        nothing, nor does any other of the call.
-        """
-        writer = self._writable()
-        self.check_encoded(batches)
-        if not batches:
-            end = self.end_offset
-            return range(end, end)
-        first, _seq = writer.append_encoded(batches)
-        return range(first, first + sum(b.last_delta + 1 for b in batches))
-
-    def flush(self) -> None:
-        """Make every append so far visible to readers and durable (all sync policies)."""
-        writer = self._writable()
-        writer.materialize()
-        writer.sync_all(record_point=True)
-
-    async def flush_async(self) -> None:
-        """:meth:`flush` from a coroutine: every append so far is durable (as with
-        ``sync="always"``) when this returns. The ``fsync`` runs in the event loop's default
-        executor, so the loop keeps serving other tasks meanwhile."""
-        import asyncio
-
-        self._writable()
-        await asyncio.get_running_loop().run_in_executor(None, self.flush)
 
     # -- reading -----------------------------------------------------------------------
     def read_batches(
@@ -771,7 +552,7 @@ class Log:
         :meth:`close` closes every subscriber made here. Its ``poll`` deserializes keys and
         values as :meth:`read` does (``raw=True``: bytes).
         """
-        from .subscriber import Subscriber
+        from .engine.subscriber import Subscriber
 
         self._check_open()
         subscriber = Subscriber(self, name, start=start, serde=RAW if raw else self.serde)
@@ -784,20 +565,20 @@ class Log:
     def remove_subscriber(self, name: str, *, force: bool = False) -> None:
         """Forget a durable subscriber and its checkpoint. Refuses with
         :class:`SubscriberBusyError` while a consumer holds the name, unless ``force``."""
-        from .subscriber import remove_subscriber
+        from .engine.subscriber import remove_subscriber
 
         self._check_open()
         remove_subscriber(self, name, force=force)
 
     def check(self, *, deep: bool = False) -> None:
-        """Assert the log's invariants (``compactlog.invariants``: segment order, batches,
+        """Assert the log's invariants (``compactlog.engine.invariants``: segment order, batches,
         index entries, the head within the newest segment, checkpoints and the cleaner point
         within bounds); raises :class:`~compactlog.errors.LogCheckError` listing every one
         violated. Cheap by default (batch headers); ``deep=True`` checks every CRC too. A
         writable log holds its writer's lock meanwhile (this process's appends wait) and
         checks the head as a fact: with writers in other processes, call it while they are
         quiet."""
-        from .invariants import check
+        from .engine.invariants import check
 
         self._check_open()
         writer = self.writer
@@ -831,8 +612,8 @@ class Log:
         """The latest non-tombstone record of every key among offsets below ``as_of``, keys
         and values deserialized (``raw=True``: bytes). ``as_of`` below the cleaner point
         raises ``InexactReadError`` (naming the lowest exact offset) unless
-        ``allow_inexact`` (``compactlog.latest.check_exact``)."""
-        from .latest import latest_batches
+        ``allow_inexact`` (``compactlog.engine.latest.check_exact``)."""
+        from .engine.latest import latest_batches
 
         self._check_open()
         convert = RecordBatch.records if raw else self.serde.records
@@ -843,15 +624,15 @@ class Log:
         self, as_of: int | None = None, *, allow_inexact: bool = False
     ) -> Iterator[RecordBatch]:
         """The same as :meth:`latest`, as columnar batches (no per-record objects)."""
-        from .latest import latest_batches
+        from .engine.latest import latest_batches
 
         self._check_open()
         return latest_batches(self, as_of, allow_inexact=allow_inexact)
 
     def table(self, **options: Any) -> Any:
         """The latest state as a live mapping that follows this log's appends (from any
-        process): a :class:`compactlog.table.Table`; see it for ``options``."""
-        from .table import Table
+        process): a :class:`compactlog.table.table.Table`; see it for ``options``."""
+        from .table.table import Table
 
         self._check_open()
         return Table(self.directory, **options)
@@ -870,8 +651,8 @@ class Log:
     def snapshot(self, dest: str | os.PathLike[str]) -> Snapshot:
         """A consistent point-in-time copy of this log at ``dest`` (hard links for closed
         segments), as of the end offset now; writers and the cleaner keep working. Returns
-        a :class:`~compactlog.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
-        from .snapshot import take_snapshot
+        a :class:`~compactlog.engine.snapshot.Snapshot`; the copy opens with ``read_only=True``."""
+        from .engine.snapshot import take_snapshot
 
         self._check_open()
         return take_snapshot(self, dest)
@@ -921,58 +702,19 @@ class CleanerLock:
 
     def __enter__(self) -> CleanerLock:
         path = os.path.join(self.directory, filenames.CLEANER_LOCK)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        if self.wait:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        elif not try_lock_exclusive(self.fd):
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
-            os.close(self.fd)
-            self.fd = -1
+        try:
+            self.fd = lockfile.lock(path, wait=self.wait)
+        except lockfile.LockHeld as held:
             raise LogLockedError(
-                f"another cleaner is working on this log ({holder})", path=self.directory
-            )
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()}\n".encode(), 0)
+                f"another cleaner is working on this log ({held.holder or 'another process'})",
+                path=self.directory,
+            ) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
-            unlock(self.fd)
-            os.close(self.fd)
+            lockfile.release(self.fd)
             self.fd = -1
-
-
-def _check_record(key: Any, value: Any, compacted: bool, path: str) -> None:
-    """A single append's key and value, refused as the arguments they are (``key must be
-    bytes``), with the log's path."""
-    from .batch_encode import validate_column
-
-    try:
-        validate_column([key], "key", allow_none=not compacted, single=True)
-        validate_column([value], "value", allow_none=True, single=True)
-    except InvalidRecordError as error:
-        raise InvalidRecordError(str(error), path=path) from None
-
-
-def _encode_headers(headers: Any, path: str) -> bytes:
-    if not isinstance(headers, Mapping):
-        raise InvalidRecordError(
-            f"headers must be a mapping of str to bytes, not {headers!r}", path=path
-        )
-    try:
-        return encode_headers(headers)
-    except TypeError as error:
-        raise InvalidRecordError(f"bad header: {error}", path=path) from None
-
-
-def _check_timestamp(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRecordError(
-            f"timestamp_ms must be a non-negative int, not {value!r}", path=path
-        )
-    return value
 
 
 def _caller_stacklevel() -> int:

@@ -1,6 +1,6 @@
 """``compactlog.repair(path)``: recovery's file fixes, then an open of the log.
 
-:func:`compactlog.recovery.repair` fixes the files with the writers' lock held and then
+:func:`compactlog.engine.recovery.repair` fixes the files with the writers' lock held and then
 needs the open-time passes (tail validation, a dead writer's precommit), which only an
 open :class:`~compactlog.log.Log` runs. ``recovery.py`` sits below ``log.py`` and does not
 import it, so the open is handed in from here, above both.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
+from .engine.recovery import RepairReport
+from .engine.recovery import repair as _repair_files
 from .log import Log
-from .recovery import RepairReport
-from .recovery import repair as _repair_files
 
 
 def _open_time_passes(directory: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Which log of a partitioned directory a key belongs to, without Spark.
 
 A partitioned directory holds logs ``partition-0`` .. ``partition-<N-1>``
-(:mod:`compactlog.spark.logdirs`). Every writer must send a key to the same log, or a
+(:mod:`compactlog.storage.logdirs`). Every writer must send a key to the same log, or a
 compacted table would keep two latest values of it: the Spark writer's ``numLogs`` and an
 application's own appends route by this module. The rule: 64-bit FNV-1a of the key's
 stored bytes (after its ``key_format``: UTF-8 for ``str``, the JSON text for ``json``),
@@ -71,7 +71,7 @@ def key_partitions(keys: pa.Array | pa.ChunkedArray, count: int) -> np.ndarray:
 def partition_path(table: str | os.PathLike[str], key: bytes | str | None) -> str:
     """The log directory of ``key`` in the partitioned directory ``table`` (its logs as they
     are now: their number is fixed once the directory exists)."""
-    from .spark.logdirs import list_partitions, partition_dir
+    from .storage.logdirs import list_partitions, partition_dir
 
     table = os.fspath(table)
     numbers = [n for n, _d in list_partitions(table)]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import compactlog
-from compactlog.latest import latest_dict
+from compactlog.engine.latest import latest_dict
 
 
 @dataclass

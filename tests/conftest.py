@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from compactlog import filenames
-from compactlog.invariants import check
+from compactlog.engine.invariants import check
+from compactlog.storage import filenames
 
 from .helpers import FakeClock
 
@@ -22,7 +22,7 @@ def pytest_configure(config):
 @pytest.fixture
 def log_dir(tmp_path, request):
     """A path where a fresh log may be created. At teardown, a log the test left there must
-    hold every invariant (``compactlog.invariants.check``, batch headers only: cheap)."""
+    hold every invariant (``compactlog.engine.invariants.check``, batch headers only: cheap)."""
     path = tmp_path / "log"
     yield path
     if os.path.exists(path / filenames.META) and not request.node.get_closest_marker(

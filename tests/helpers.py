@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compactlog.batch_decode import RecordBatch, _decode_columns, batch_body
-from compactlog.batch_encode import encode_batch
-from compactlog.format import BATCH_HEADER, FILE_HEADER, BatchHeader, read_batch_header
-from compactlog.fsio import FileSystem
+from compactlog.encoding.batch_decode import RecordBatch, _decode_columns, batch_body
+from compactlog.encoding.batch_encode import encode_batch
+from compactlog.encoding.format import BATCH_HEADER, FILE_HEADER, BatchHeader, read_batch_header
+from compactlog.storage.fsio import FileSystem
 
 SEGMENT_HEADER_SIZE = FILE_HEADER.size
 

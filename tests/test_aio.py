@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import compactlog
-from compactlog.aio import wait_for_offset_async, wait_until
+from compactlog.engine.aio import wait_for_offset_async, wait_until
 
 from .helpers import run_python
 

@@ -21,12 +21,19 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from compactlog import format as fmt
-from compactlog import row_crcs, small_runs
-from compactlog.batch_decode import concat_batches
-from compactlog.format import BATCH_HEADER, CODEC_NONE, CODEC_ZSTD, CRC_START, check_batch, crc32c
-from compactlog.segment import HEADER_SIZE
-from compactlog.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
+from compactlog.encoding import format as fmt
+from compactlog.encoding import row_crcs, small_runs
+from compactlog.encoding.batch_decode import concat_batches
+from compactlog.encoding.format import (
+    BATCH_HEADER,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    CRC_START,
+    check_batch,
+    crc32c,
+)
+from compactlog.encoding.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
+from compactlog.storage.segment import HEADER_SIZE
 
 from .helpers import decode_columns
 from .test_small_batches import build_segment

@@ -9,8 +9,8 @@ import os
 import pytest
 
 import compactlog
-from compactlog.fsio import FileSystem
-from compactlog.segment import list_segments
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.segment import list_segments
 
 from .helpers import (
     FailingFS,

@@ -181,7 +181,9 @@ def test_seek_and_remove_refuse_a_subscriber_in_use_until_its_consumer_dies(writ
         assert [s["name"] for s in run_json("subscribers", "list", path)["subscribers"]] == [
             "other"
         ]
-        assert not os.path.exists(path / compactlog.filenames.subscriber_lock_name("billing"))
+        assert not os.path.exists(
+            path / compactlog.storage.filenames.subscriber_lock_name("billing")
+        )
     finally:
         if consumer.poll() is None:
             consumer.kill()

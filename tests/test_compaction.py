@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import compactlog
-from compactlog.batch_decode import decode_batch, filter_batch
 from compactlog.compaction import compact_log
 from compactlog.compaction.columns import encode_filtered
-from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch
-from compactlog.latest import latest_batches, latest_dict
-from compactlog.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
+from compactlog.encoding.batch_decode import decode_batch, filter_batch
+from compactlog.encoding.format import CODEC_NONE, CODEC_ZSTD, check_batch
+from compactlog.encoding.offset_map import BYTES_PER_ENTRY, OffsetMap, key_digests
+from compactlog.engine.latest import latest_batches, latest_dict
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock
@@ -92,7 +92,7 @@ def test_offset_map_stops_exactly_where_it_fills():
 
 @pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD])
 def test_filter_and_encode_keep_offsets_timestamps_headers(codec):
-    from compactlog.batch_encode import encode_batch
+    from compactlog.encoding.batch_encode import encode_batch
 
     keys = [b"a", b"bb", None, b"dddd"]
     values = [b"1", None, b"33", b"4444"]
@@ -139,7 +139,7 @@ def test_latest_is_right_whatever_the_groups_and_the_remembered_dirty_section(
     a small dirty section once (``REMEMBER_BYTES``): any group size, with or without the
     dirty section remembered, gives the model's state. Keys of different lengths,
     tombstones, single appends (small runs) and batches, before and after a pass."""
-    import compactlog.latest as latest_module
+    import compactlog.engine.latest as latest_module
 
     monkeypatch.setattr(latest_module, "MASK_RECORDS", group)
     monkeypatch.setattr(latest_module, "REMEMBER_BYTES", remember)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import compactlog
-from compactlog.segment import list_segments
+from compactlog.storage.segment import list_segments
 
 from .compaction_helpers import Model, check_log, rewrite_files
 
@@ -148,9 +148,9 @@ def test_an_undone_swap_rebuilds_the_index_at_the_logs_interval(tmp_path: Path) 
     the cleaner use (``index_interval_bytes``), not at a fixed one."""
     import json
 
-    from compactlog import filenames, swap
-    from compactlog.fsio import DEFAULT_FS
-    from compactlog.segment import index_path, read_index, segment_path
+    from compactlog.storage import filenames, swap
+    from compactlog.storage.fsio import DEFAULT_FS
+    from compactlog.storage.segment import index_path, read_index, segment_path
 
     directory = tmp_path / "log"
     with compactlog.open(directory, index_interval_bytes=64) as log:

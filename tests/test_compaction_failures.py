@@ -20,10 +20,10 @@ import os
 import pytest
 
 import compactlog
-from compactlog import swap
 from compactlog.errors import CompactionWriteError, CompactLogError, DiskFullError
-from compactlog.fsio import FileSystem
-from compactlog.segment import list_segments
+from compactlog.storage import swap
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.segment import list_segments, segment_path
 
 from .compaction_helpers import Model, check_log, rewrite_files
 from .helpers import FakeClock
@@ -270,7 +270,7 @@ def test_a_read_that_fails_raises_a_compaction_error_and_changes_nothing(tmp_pat
         real = cleaner._batches
 
         def failing(directory, base):
-            raise OSError(errno.EIO, "Input/output error", cleaner.segment_path(directory, base))
+            raise OSError(errno.EIO, "Input/output error", segment_path(directory, base))
             yield from real(directory, base)
 
         monkeypatch.setattr(cleaner, "_batches", failing)
@@ -290,8 +290,8 @@ def test_a_read_that_fails_raises_a_compaction_error_and_changes_nothing(tmp_pat
 UNDO_KILLER = r"""
 import errno, os, signal, sys
 import compactlog
-from compactlog import swap
-from compactlog.fsio import FileSystem
+from compactlog.storage import swap
+from compactlog.storage.fsio import FileSystem
 
 point = sys.argv[2]
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 import compactlog
-from compactlog import offset_map
-from compactlog.batch_decode import decode_batch, filter_batch
-from compactlog.batch_encode import encode_batch
 from compactlog.compaction import cleaner
 from compactlog.compaction.columns import KeptColumns, encode_filtered, encode_kept
-from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch
-from compactlog.offset_map import OffsetMap, key_digests, sort_order
-from compactlog.segment import list_segments
+from compactlog.encoding import offset_map
+from compactlog.encoding.batch_decode import decode_batch, filter_batch
+from compactlog.encoding.batch_encode import encode_batch
+from compactlog.encoding.format import CODEC_NONE, CODEC_ZSTD, check_batch
+from compactlog.encoding.offset_map import OffsetMap, key_digests, sort_order
+from compactlog.storage.segment import list_segments
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock

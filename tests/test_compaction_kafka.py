@@ -12,11 +12,11 @@ import threading
 import pytest
 
 import compactlog
-from compactlog import swap
 from compactlog.errors import CompactLogError, LogLockedError
-from compactlog.fsio import FileSystem
-from compactlog.segment import list_segments
-from compactlog.state_files import read_cleaner_state
+from compactlog.storage import swap
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.segment import list_segments
+from compactlog.storage.state_files import read_cleaner_state
 
 from .compaction_helpers import Model, check_log, rewrite_files
 from .helpers import FakeClock

@@ -10,7 +10,7 @@ import pytest
 
 import compactlog
 from compactlog.compaction import CompactionProgress, Throttler, compact_log, progress
-from compactlog.latest import latest_dict
+from compactlog.engine.latest import latest_dict
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.invariants import check
+from compactlog.engine.invariants import check
 
 from .compaction_helpers import Model, check_log
 from .helpers import FakeClock

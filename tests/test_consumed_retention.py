@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.segment import list_segments
-from compactlog.subscriber import lag_report
+from compactlog.engine.subscriber import lag_report
+from compactlog.storage.segment import list_segments
 
 CONSUMED = dict(cleanup_policy="consumed", segment_bytes=1024, sync="os")
 

@@ -92,3 +92,24 @@ def test_a_bad_wait_is_refused(tmp_path, wait):
 def test_wait_is_refused_on_an_open_that_creates(tmp_path):
     with pytest.raises(compactlog.ConfigError, match="wait= is for read_only"):
         compactlog.open(tmp_path / "log", wait=True)
+
+
+@pytest.mark.parametrize(
+    ("old", "attribute"),
+    [
+        ("compactlog.subscriber", "lag_report"),
+        ("compactlog.serde", "deserializers"),
+        ("compactlog.aio", "wait_until"),
+        ("compactlog.invariants", "check"),
+        ("compactlog.table", "Table"),
+    ],
+)
+def test_module_paths_the_docs_gave_still_import(old, attribute):
+    """docs/ told users to import these before the modules moved into layer folders."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"from {old} import {attribute}; import {old} as m; print(m)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compactlog.batch_decode import decode_batch
-from compactlog.batch_encode import (
+from compactlog.encoding.batch_decode import decode_batch
+from compactlog.encoding.batch_encode import (
     PLAIN_MAX_BYTES,
     encode_batch,
     encode_plain,
     encode_single,
 )
-from compactlog.errors import InvalidRecordError
-from compactlog.format import (
+from compactlog.encoding.format import (
     BATCH_HEADER,
     CODEC_NONE,
     CODEC_ZSTD,
@@ -27,6 +26,7 @@ from compactlog.format import (
     check_file_header,
     find_next_valid_batch,
 )
+from compactlog.errors import InvalidRecordError
 
 from .helpers import encode_record_batch
 

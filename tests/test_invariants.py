@@ -1,4 +1,4 @@
-"""``compactlog.invariants.check`` / ``Log.check()``: a clean log passes, and each invariant
+"""``compactlog.engine.invariants.check`` / ``Log.check()``: a clean log passes, and each invariant
 violated on purpose is reported, naming its file and position."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import os
 import pytest
 
 import compactlog
-from compactlog import filenames
+from compactlog.engine.invariants import check
 from compactlog.errors import CorruptLogError, LogCheckError
-from compactlog.fsio import DEFAULT_FS
-from compactlog.head import encode_head, read_log_head
-from compactlog.invariants import check
-from compactlog.state_files import write_checkpoint
+from compactlog.storage import filenames
+from compactlog.storage.fsio import DEFAULT_FS
+from compactlog.storage.head import encode_head, read_log_head
+from compactlog.storage.state_files import write_checkpoint
 
 from .helpers import batch_positions, flip_bit, segment_files
 

@@ -1,8 +1,12 @@
-"""No import cycles: every module's imports, wherever written, form a DAG.
+"""Imports go down the layers, and form no cycle.
 
-A cycle between modules means neither can be read, tested or changed alone
-(issue 20). Every ``import`` counts: module level, inside functions and under
-``TYPE_CHECKING``, since each is a dependency a reader has to follow.
+Each folder of ``compactlog/`` is one layer of docs/architecture.md and has a rank
+(``RANKS``); a module may import modules of its own rank or lower, never higher: an upward
+import fails naming both ends. The operator CLI (``cli/``) and the cleaner service
+(``cleaner/``) install as ``compactlog.cli`` and ``compactlog.cleaner`` and are checked in
+the same graph under those names. Every ``import`` counts: module level, inside functions
+and under ``TYPE_CHECKING``, since each is a dependency a reader has to follow. A cycle
+between modules (even of one rank) means neither can be read, tested or changed alone.
 """
 
 from __future__ import annotations
@@ -10,19 +14,43 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# folder in the repository -> the name it is installed under (setup.py)
+INSTALLED_AS = {
+    "compactlog": "compactlog",
+    "cli": "compactlog.cli",
+    "cleaner": "compactlog.cleaner",
+}
+
+# Each layer's rank, by the longest matching module prefix: imports go to a rank at most
+# the importer's. docs/architecture.md draws the same list.
+RANKS = {
+    "compactlog.errors": 0,  # base
+    "compactlog.config": 0,
+    "compactlog.encoding": 1,  # bytes
+    "compactlog.storage": 2,  # files
+    "compactlog.engine": 3,  # the log engine
+    "compactlog.compaction": 4,  # features on an open log
+    "compactlog.arrow": 4,
+    "compactlog.table": 5,
+    "compactlog": 6,  # the facade: Log, open, repair, the package's names
+    "compactlog.spark": 7,  # applications
+    "compactlog.cleaner": 7,
+    "compactlog.cli": 8,  # the CLI also starts and inspects the cleaner service
+    "compactlog.__main__": 8,  # python -m compactlog runs the CLI
+}
+
+
 def module_names(package: str) -> dict[str, Path]:
-    """Map each dotted module name of *package* to its file."""
+    """Map each dotted module name (as installed) of the folder *package* to its file."""
     names: dict[str, Path] = {}
     for path in sorted((ROOT / package).rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(ROOT / package).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        names[".".join(parts)] = path
+        names[".".join([INSTALLED_AS[package], *parts])] = path
     return names
 
 
@@ -38,9 +66,9 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Edges module -> modules of *package* it imports, from every import statement."""
-    modules = module_names(package)
+def import_graph(*packages: str) -> dict[str, set[str]]:
+    """Edges module -> modules of *packages* it imports, from every import statement."""
+    modules = {name: path for package in packages for name, path in module_names(package).items()}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
@@ -105,17 +133,46 @@ def _describe(graph: dict[str, set[str]], group: list[str]) -> str:
     return "cycle among " + ", ".join(group) + ": " + "; ".join(edges)
 
 
-# The one cycle left, and why: ``Log.table()`` returns a ``Table`` (log -> table) and a
-# ``Table(path)`` opens its logs read-only (table -> log). Breaking it needs ``Table`` to
-# take an opener while ``Table(path)`` keeps working: a decision for the lead (issue 20).
-KNOWN = {"compactlog": [["compactlog.log", "compactlog.table"]]}
+def rank(module: str) -> int:
+    """The rank of the longest prefix of *module* in ``RANKS``."""
+    name = module
+    while name not in RANKS:
+        name, dot, _ = name.rpartition(".")
+        assert dot, f"{module} is in no layer: add its folder to RANKS"
+    return RANKS[name]
 
 
-@pytest.mark.parametrize("package", ["compactlog", "cli", "cleaner"])
-def test_no_import_cycles(package: str) -> None:
-    graph = import_graph(package)
-    found = [group for group in cycles(graph) if group not in KNOWN.get(package, [])]
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a module to one of a higher rank, as ``a (rank) -> b (rank)``."""
+    return [
+        f"{a} ({rank(a)}) -> {b} ({rank(b)})"
+        for a in sorted(graph)
+        for b in sorted(graph[a])
+        if rank(b) > rank(a) and (a, b) not in KNOWN_UPWARD
+    ]
+
+
+# The one exception, and why: ``Log.table()`` returns a ``Table`` (log -> table) and a
+# ``Table(path)`` opens its logs read-only (table -> log, upward and a cycle). Breaking it
+# needs ``Table`` to take an opener while ``Table(path)`` keeps working (issue 20).
+KNOWN_UPWARD = {("compactlog.table.table", "compactlog.log")}
+KNOWN_CYCLES = [["compactlog.log", "compactlog.table.table"]]
+
+
+def test_imports_go_down_the_layers() -> None:
+    found = upward(import_graph(*INSTALLED_AS))
+    assert not found, "upward imports:\n" + "\n".join(found)
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph(*INSTALLED_AS)
+    found = [group for group in cycles(graph) if group not in KNOWN_CYCLES]
     assert not found, "\n".join(_describe(graph, group) for group in found)
+
+
+def test_layer_check_reports_an_upward_import() -> None:
+    graph = {"compactlog.storage.segment": {"compactlog.engine.writer"}}
+    assert upward(graph) == ["compactlog.storage.segment (2) -> compactlog.engine.writer (3)"]
 
 
 def test_cycle_finder_reports_a_cycle() -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import compactlog
-from compactlog.batch_decode import RecordBatch
+from compactlog.encoding.batch_decode import RecordBatch
 from compactlog.log import SettingIgnoredWarning
-from compactlog.segment import list_segments, lookup_position, read_index
+from compactlog.storage.segment import list_segments, lookup_position, read_index
 
 from .helpers import batch_positions, flip_bit, segment_files
 

@@ -18,12 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import filenames
-from compactlog.batch_encode import encode_single
-from compactlog.format import read_batch_header
-from compactlog.head import read_head_file
-from compactlog.single import PLAIN_MAX_BYTES
-from compactlog.tailmap import WINDOW_BYTES
+from compactlog.encoding.batch_encode import encode_single
+from compactlog.encoding.format import read_batch_header
+from compactlog.engine.single import PLAIN_MAX_BYTES
+from compactlog.storage import filenames
+from compactlog.storage.head import read_head_file
+from compactlog.storage.tailmap import WINDOW_BYTES
 
 from .helpers import batch_positions, run_python, segment_files
 
@@ -176,7 +176,7 @@ def test_a_failed_write_drops_the_window_before_truncating(log_dir, monkeypatch)
     """The pwrite path of an exclusive writer (no window for now) failing: the segment is
     truncated back, so no map of room past the new end may survive (a store there would
     be a SIGBUS); the next checkpoint reserves and maps again."""
-    import compactlog.single as single
+    import compactlog.engine.single as single
 
     with compactlog.open(log_dir, exclusive=True) as log:
         log.append(b"a", b"1")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import segment
-from compactlog.batch_decode import Record
+from compactlog.encoding.batch_decode import Record
 from compactlog.errors import CorruptLogError
 
 from .helpers import batch_positions, body_position, flip_bit, segment_files

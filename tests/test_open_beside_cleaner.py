@@ -14,9 +14,9 @@ import os
 import time
 
 import compactlog
-from compactlog import filenames
 from compactlog.compaction import compact_log
 from compactlog.errors import LogLockedError
+from compactlog.storage import filenames
 
 RECORDS = [(b"k%d" % (i % 50), b"v" * 50) for i in range(200)]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import compactlog
-from compactlog.segment import HEADER_SIZE
+from compactlog.storage.segment import HEADER_SIZE
 
 from .helpers import flip_bit, segment_files
 

@@ -14,10 +14,10 @@ import shutil
 import pytest
 
 import compactlog
-from compactlog import filenames
-from compactlog.format import INDEX_ENTRY
-from compactlog.fsio import FileSystem
-from compactlog.head import (
+from compactlog.encoding.format import INDEX_ENTRY
+from compactlog.storage import filenames
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.head import (
     BOOT,
     HEAD,
     Head,
@@ -26,7 +26,7 @@ from compactlog.head import (
     read_log_head,
     read_sync_point,
 )
-from compactlog.segment import HEADER_SIZE, list_segments, read_index
+from compactlog.storage.segment import HEADER_SIZE, list_segments, read_index
 
 from .helpers import batch_positions
 

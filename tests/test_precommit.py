@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 import compactlog
-from compactlog.fsio import FileSystem
-from compactlog.head import read_head_file
-from compactlog.segment import list_segments
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.head import read_head_file
+from compactlog.storage.segment import list_segments
 
 PRECOMMIT = {"precommit_bytes": 8192, "sync": "os", "sync_interval_ms": 3_600_000}
 

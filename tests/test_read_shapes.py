@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import segment
-from compactlog.batch_decode import Record
+from compactlog.encoding.batch_decode import Record
 from compactlog.log import Log
-from compactlog.table import Table
+from compactlog.table.table import Table
 
 CHUNK = 256  # the read chunk in these tests: batches and their headers straddle it
 

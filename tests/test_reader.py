@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 import compactlog
-from compactlog import reader as reader_module
+from compactlog.engine import reader as reader_module
 from compactlog.errors import MissingSegmentError
-from compactlog.segment import list_segments
+from compactlog.storage.segment import list_segments
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import os
 import pytest
 
 import compactlog
-from compactlog import filenames, swap
-from compactlog.fsio import DEFAULT_FS
-from compactlog.segment import list_segments, read_index
-from compactlog.state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
+from compactlog.storage import filenames, swap
+from compactlog.storage.fsio import DEFAULT_FS
+from compactlog.storage.segment import list_segments, read_index
+from compactlog.storage.state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
 
 from .helpers import batch_positions, body_position, flip_bit, segment_files
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import compactlog
-from compactlog.segment import list_segments
-from compactlog.state_files import read_meta
+from compactlog.storage.segment import list_segments
+from compactlog.storage.state_files import read_meta
 
 from .helpers import segment_files
 

@@ -23,8 +23,8 @@ from compactlog.routing import (
     partition_for,
     partition_path,
 )
-from compactlog.spark.logdirs import partition_dir
-from compactlog.table import Table
+from compactlog.storage.logdirs import partition_dir
+from compactlog.table.table import Table
 
 
 def test_the_key_hash_is_fnv1a_64():

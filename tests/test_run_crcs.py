@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactlog import row_crcs as fmt
-from compactlog.format import BATCH_HEADER, CODEC_NONE, CRC_START, check_batch, crc32c
-from compactlog.row_crcs import rows_crcs
-from compactlog.segment import HEADER_SIZE
-from compactlog.small_runs import scan_small_run
+from compactlog.encoding import row_crcs as fmt
+from compactlog.encoding.format import BATCH_HEADER, CODEC_NONE, CRC_START, check_batch, crc32c
+from compactlog.encoding.row_crcs import rows_crcs
+from compactlog.encoding.small_runs import scan_small_run
+from compactlog.storage.segment import HEADER_SIZE
 
 from .test_small_batches import build_segment, columnar, fast, records_of
 

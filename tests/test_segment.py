@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compactlog import filenames
-from compactlog.batch_encode import encode_batch
+from compactlog.encoding.batch_encode import encode_batch
+from compactlog.encoding.format import SEGMENT_FILE_HEADER
 from compactlog.errors import CorruptLogError, MissingSegmentError, NotALogError
-from compactlog.filenames import FileKind, parse_filename
-from compactlog.format import SEGMENT_FILE_HEADER
-from compactlog.fsio import DEFAULT_FS
-from compactlog.segment import (
+from compactlog.storage import filenames
+from compactlog.storage.filenames import FileKind, parse_filename
+from compactlog.storage.fsio import DEFAULT_FS
+from compactlog.storage.segment import (
     HEADER_SIZE,
     SegmentReader,
     index_is_consistent,

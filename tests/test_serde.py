@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.serde import declared_formats, decodes, deserializers
+from compactlog.encoding.serde import declared_formats, decodes, deserializers
 
 JSON_VALUES = st.recursive(
     st.none()

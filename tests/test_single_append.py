@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import filenames
-from compactlog.batch_encode import encode_batch, encode_single
-from compactlog.format import CODEC_ZSTD, FILE_HEADER, encode_headers, read_batch_header
-from compactlog.fsio import FileSystem
-from compactlog.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
+from compactlog.encoding.batch_encode import encode_batch, encode_single
+from compactlog.encoding.format import CODEC_ZSTD, FILE_HEADER, encode_headers, read_batch_header
+from compactlog.storage import filenames
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.head import PUBLISHED_SIZE, WRITING_MARK, read_head_file
 
 from .helpers import FailingFS, batch_positions, run_python, segment_files
 
@@ -249,7 +249,7 @@ def test_lingering_records_are_written_as_one_batch_on_flush(log_dir):
 def stored_batch_sizes(log_dir) -> list[int]:
     """Records per stored batch (``read_batches`` joins runs of small batches, so it cannot
     tell how the writer cut them)."""
-    from compactlog.segment import SegmentReader, list_segments
+    from compactlog.storage.segment import SegmentReader, list_segments
 
     bases = list_segments(str(log_dir))
     sizes = []
@@ -351,7 +351,12 @@ def test_the_linger_timer_fsyncs_its_write_under_sync_always(log_dir):
 def test_the_head_packed_in_place_is_byte_for_byte_the_encoded_one(flags, base, end, size):
     """Both in-place forms: the whole head, and an append's end offset and size only (over
     a head of the same flags and base)."""
-    from compactlog.head import decode_head, encode_published, publish_end_into, publish_into
+    from compactlog.storage.head import (
+        decode_head,
+        encode_published,
+        publish_end_into,
+        publish_into,
+    )
 
     buffer = bytearray(b"\xff" * PUBLISHED_SIZE)
     buffer[WRITING_MARK] = 0
@@ -384,7 +389,7 @@ class LockWritesFS(FileSystem):
 
 
 def ring_doorbell(log_dir) -> None:
-    from compactlog.head import DOORBELL
+    from compactlog.storage.head import DOORBELL
 
     with open(log_dir / filenames.WRITER_LOCK, "r+b") as handle:
         handle.seek(DOORBELL)
@@ -392,7 +397,7 @@ def ring_doorbell(log_dir) -> None:
 
 
 def doorbell_of(log_dir) -> int:
-    from compactlog.head import DOORBELL
+    from compactlog.storage.head import DOORBELL
 
     with open(log_dir / filenames.WRITER_LOCK, "rb") as handle:
         return handle.read(DOORBELL + 1)[DOORBELL]
@@ -425,7 +430,7 @@ def test_a_waiting_subscriber_is_woken_by_inotify_not_by_its_safety_timer(log_di
     writer_code = textwrap.dedent(
         f"""
         import os, sys, time, compactlog
-        from compactlog.head import DOORBELL
+        from compactlog.storage.head import DOORBELL
         log = compactlog.open(sys.argv[1], exclusive={exclusive})
         # pread, not a buffered file: seek(0) inside a BufferedReader's buffer re-reads
         # nothing, so a doorbell set after the first read was never seen (a flaky test)
@@ -488,7 +493,7 @@ READ_HEAD_AND_RECORDS = textwrap.dedent(
     """
     import sys
     import compactlog
-    from compactlog.head import read_head_file
+    from compactlog.storage.head import read_head_file
     head = read_head_file(sys.argv[1] + "/.lock")
     with compactlog.open(sys.argv[1], read_only=True) as log:
         keys = [r.key.decode() for r in log.read()]
@@ -559,7 +564,7 @@ def test_the_plain_path_follows_config_changes(log_dir):
 
 @pytest.mark.parametrize("exclusive", [False, True])
 def test_plain_appends_roll_segments_and_write_index_entries(log_dir, exclusive):
-    from compactlog.segment import read_index
+    from compactlog.storage.segment import read_index
 
     with compactlog.open(
         log_dir, exclusive=exclusive, segment_bytes=4096, index_interval_bytes=512
@@ -586,7 +591,7 @@ def test_plain_appends_roll_segments_at_segment_ms(log_dir, exclusive):
 
 
 def test_a_steady_exclusive_writer_stops_after_a_failed_fsync(log_dir, monkeypatch):
-    from compactlog.fsio import DEFAULT_FS
+    from compactlog.storage.fsio import DEFAULT_FS
 
     log = compactlog.open(log_dir, exclusive=True, sync="os")
     log.append(b"k", b"v")

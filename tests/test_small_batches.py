@@ -18,10 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.batch_decode import Record, RecordBatch, decode_batch
-from compactlog.batch_encode import encode_batch
-from compactlog.errors import ConfigError, CorruptLogError
-from compactlog.format import (
+from compactlog.encoding.batch_decode import Record, RecordBatch, decode_batch
+from compactlog.encoding.batch_encode import encode_batch
+from compactlog.encoding.format import (
     BATCH_HEADER,
     CODEC_NONE,
     CODEC_ZSTD,
@@ -30,8 +29,9 @@ from compactlog.format import (
     check_batch,
     crc32c,
 )
-from compactlog.segment import HEADER_SIZE, SegmentReader, list_segments
-from compactlog.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
+from compactlog.encoding.small_runs import SMALL_BATCH_RECORDS, decode_small_run, scan_small_run
+from compactlog.errors import ConfigError, CorruptLogError
+from compactlog.storage.segment import HEADER_SIZE, SegmentReader, list_segments
 
 from .compaction_helpers import Model, check_log
 from .helpers import (
@@ -232,7 +232,7 @@ def test_damage_anywhere_in_a_long_run_ends_the_run_there(damaged_index, field):
     data=st.data(),
 )
 def test_crcs_continued_over_headers_at_once_equal_crc32c(crcs, data):
-    from compactlog.row_crcs import continue_crc as _continue_crc
+    from compactlog.encoding.row_crcs import continue_crc as _continue_crc
 
     rows = [data.draw(st.binary(min_size=40, max_size=40)) for _ in crcs]
     messages = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 40)
@@ -300,7 +300,7 @@ def with_valid_crc(data: bytearray, pos: int) -> None:
 
 @pytest.mark.parametrize("compression", [CODEC_NONE, CODEC_ZSTD])
 def test_an_undecodable_batch_inside_a_run_is_reported_at_its_position(tmp_path, compression):
-    from compactlog.filenames import segment_name
+    from compactlog.storage.filenames import segment_name
 
     batches = [([(b"k%d" % i, b"v" * 5, None, 0, 5)], True, compression, 0) for i in range(12)]
     buf, where = build_segment(batches)

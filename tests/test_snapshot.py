@@ -18,14 +18,14 @@ import time
 import pytest
 
 import compactlog
-from compactlog.errors import LogLockedError, ReadOnlyLogError
-from compactlog.snapshot import (
+from compactlog.engine.snapshot import (
     MANIFEST,
     SnapshotError,
     file_crc,
     read_manifest,
     verify_manifest,
 )
+from compactlog.errors import LogLockedError, ReadOnlyLogError
 
 from .helpers import flip_bit
 
@@ -339,7 +339,7 @@ def test_records_in_this_process_precommit_buffer_are_in_the_snapshot(tmp_path):
 
 def test_a_non_durable_snapshot_is_the_same_snapshot_without_any_fsync(tmp_path, monkeypatch):
     """``durable=False`` (restore's own, short-lived snapshot) skips only the fsyncs."""
-    from compactlog.snapshot import take_snapshot
+    from compactlog.engine.snapshot import take_snapshot
 
     with compactlog.open(tmp_path / "log", segment_bytes=2048) as log:
         _fill(log, 400, tombstone_every=9)

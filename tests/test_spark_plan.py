@@ -237,9 +237,9 @@ def test_options_are_checked_with_errors_naming_the_option():
 
 
 def _columns_of(values):
-    from compactlog.batch_decode import decode_batch
-    from compactlog.batch_encode import encode_batch
-    from compactlog.format import read_batch_header
+    from compactlog.encoding.batch_decode import decode_batch
+    from compactlog.encoding.batch_encode import encode_batch
+    from compactlog.encoding.format import read_batch_header
 
     encoded = encode_batch([b"k%d" % i for i in range(len(values))], values, 1_000)
     data = encoded.to_bytes(0)

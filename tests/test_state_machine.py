@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import compactlog
-from compactlog.invariants import check
-from compactlog.segment import list_segments
+from compactlog.engine.invariants import check
+from compactlog.storage.segment import list_segments
 
 from .helpers import FakeClock
 

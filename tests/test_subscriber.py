@@ -13,21 +13,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import SubscriberError, filenames
-from compactlog.batch_decode import RecordBatch
-from compactlog.errors import LogClosedError
-from compactlog.format import SEGMENT_FILE_HEADER
-from compactlog.fsio import FileSystem
-from compactlog.segment import list_segments, segment_path, write_index
-from compactlog.state_files import list_checkpoints, write_checkpoint
-from compactlog.subscriber import (
+from compactlog import SubscriberError
+from compactlog.encoding.batch_decode import RecordBatch
+from compactlog.encoding.format import SEGMENT_FILE_HEADER
+from compactlog.engine.subscriber import (
     SkipEvent,
     Subscriber,
     backlog,
     lag_report,
     validate_name,
 )
-from compactlog.swap import replace_segments
+from compactlog.errors import LogClosedError
+from compactlog.storage import filenames
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.segment import list_segments, segment_path, write_index
+from compactlog.storage.state_files import list_checkpoints, write_checkpoint
+from compactlog.storage.swap import replace_segments
 
 from .helpers import encode_record_batch
 

@@ -21,8 +21,9 @@ import time
 import pytest
 
 import compactlog
-from compactlog import LogClosedError, SubscriberBusyError, SubscriberError, filenames
-from compactlog.subscriber import name_holder, set_committed
+from compactlog import LogClosedError, SubscriberBusyError, SubscriberError
+from compactlog.engine.subscriber import name_holder, set_committed
+from compactlog.storage import filenames
 
 
 def fill(log, count):

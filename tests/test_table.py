@@ -12,13 +12,13 @@ import threading
 import pytest
 
 import compactlog
-from compactlog import filenames
+from compactlog.engine.latest import latest_dict
 from compactlog.errors import ConfigError, InexactReadError, LogClosedError
-from compactlog.latest import latest_dict
-from compactlog.segment import new_segment_bytes
-from compactlog.state_files import read_cleaner_state
-from compactlog.table import Table, TableError
-from compactlog.table_memory import TableFullError
+from compactlog.storage import filenames
+from compactlog.storage.segment import new_segment_bytes
+from compactlog.storage.state_files import read_cleaner_state
+from compactlog.table.table import Table, TableError
+from compactlog.table.table_memory import TableFullError
 
 CHILD = os.path.join(os.path.dirname(__file__), "children", "table_writer.py")
 SMALL = {"segment_bytes": 1024, "index_interval_bytes": 128}
@@ -334,7 +334,7 @@ def test_a_cleaning_pass_and_retention_during_the_restore_change_nothing(tmp_pat
 def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
     import logging
 
-    from compactlog import table as table_module
+    from compactlog.table import table as table_module
 
     monkeypatch.setattr(table_module, "PROGRESS_EVERY_S", 0.0)
     with compactlog.open(tmp_path / "log") as log:

@@ -10,7 +10,7 @@ import pytest
 
 import compactlog
 from compactlog.errors import ConfigError, DecodeError, TableError
-from compactlog.table import Table
+from compactlog.table.table import Table
 
 STORES = [{}, {"store": "disk"}]
 

@@ -13,9 +13,9 @@ import time
 import pytest
 
 import compactlog
+from compactlog.engine.latest import latest_dict
 from compactlog.errors import ConfigError, LogLockedError
-from compactlog.latest import latest_dict
-from compactlog.table import Table
+from compactlog.table.table import Table
 
 SMALL = {"segment_bytes": 1024, "index_interval_bytes": 128}
 

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import table_frozen, table_memory
+from compactlog.encoding.offset_map import key_digest_hi, key_digests
 from compactlog.errors import InexactReadError
 from compactlog.log import Log
-from compactlog.offset_map import key_digest_hi, key_digests
-from compactlog.table_frozen import FrozenState
+from compactlog.table import table_frozen, table_memory
+from compactlog.table.table_frozen import FrozenState
 
 KEYS = st.binary(max_size=80)  # past 64 bytes: the blake2b digests
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog.errors import TableError
-from compactlog.table import Table
+from compactlog.table.table import Table
 
 _SMALL = st.sampled_from(["", "a", "ab", "b", "user:", "user:1", "é", "\u20ac", "\U0001f600"])
 _TEXT = st.one_of(_SMALL, st.text(min_size=1, max_size=6))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactlog.errors import ConfigError
-from compactlog.table_memory import MemoryStore, prefix_end
+from compactlog.table.table_memory import MemoryStore, prefix_end
 
 BYTES = st.lists(st.sampled_from([b"\x00", b"a", b"b", b"\xfe", b"\xff"]), max_size=4).map(b"".join)
 TEXT = st.text(alphabet=["a", "b", chr(sys.maxunicode), "\x00"], max_size=4)

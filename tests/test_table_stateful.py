@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 import compactlog
-from compactlog.invariants import check
-from compactlog.latest import latest_dict
+from compactlog.engine.invariants import check
+from compactlog.engine.latest import latest_dict
 
 from .test_table import Writer
 

@@ -15,12 +15,12 @@ import pytest
 import compactlog
 from compactlog import filenames
 from compactlog.compaction.cleaner import clean_log
+from compactlog.engine.latest import latest_dict
 from compactlog.errors import ForeignTableStateError, TableStateCorruptError
-from compactlog.fsio import FileSystem
-from compactlog.latest import latest_dict
-from compactlog.state_files import read_cleaner_state, read_meta
-from compactlog.table import Table
-from compactlog.table_disk import DiskStore
+from compactlog.storage.fsio import FileSystem
+from compactlog.storage.state_files import read_cleaner_state, read_meta
+from compactlog.table.table import Table
+from compactlog.table.table_disk import DiskStore
 
 EXPIRING = {
     "segment_bytes": 1024,
@@ -274,8 +274,8 @@ def test_the_follower_rereads_the_horizon_once_a_second_whatever_stat_says(tmp_p
     """Two writes of ``cleaner.checkpoint`` within one timestamp tick may show the same
     ``stat``: the watch reads it again after ``RECHECK_S`` and compares the horizon with
     the oldest offset polled since its last read."""
-    from compactlog.state_files import CleanerState, write_cleaner_state
-    from compactlog.table_identity import RECHECK_S, HorizonWatch
+    from compactlog.storage.state_files import CleanerState, write_cleaner_state
+    from compactlog.table.table_identity import RECHECK_S, HorizonWatch
 
     directory = str(tmp_path)
     fs = FileSystem()

@@ -10,12 +10,12 @@ import pathlib
 import pytest
 
 import compactlog
-from compactlog import filenames
-from compactlog.format import INDEX_ENTRY
-from compactlog.fsio import DEFAULT_FS
-from compactlog.head import read_head_file
-from compactlog.segment import HEADER_SIZE, index_path, read_index
-from compactlog.tail import batch_at, open_newest_tail, rebuild_index
+from compactlog.encoding.format import INDEX_ENTRY
+from compactlog.storage import filenames
+from compactlog.storage.fsio import DEFAULT_FS
+from compactlog.storage.head import read_head_file
+from compactlog.storage.segment import HEADER_SIZE, index_path, read_index
+from compactlog.storage.tail import batch_at, open_newest_tail, rebuild_index
 
 from .helpers import append_bytes, batch_positions
 

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.batch_decode import _split
-from compactlog.byte_items import struct_layout as _layout
+from compactlog.encoding.batch_decode import _split
+from compactlog.encoding.byte_items import struct_layout as _layout
+from compactlog.encoding.format import CODEC_NONE, CODEC_ZSTD, check_batch, crc32c
+from compactlog.encoding.row_crcs import continue_crc as _continue_crc
+from compactlog.encoding.small_runs import SMALL_BATCH_RECORDS, _chase, _step, scan_small_run
 from compactlog.errors import CorruptLogError
-from compactlog.format import CODEC_NONE, CODEC_ZSTD, check_batch, crc32c
-from compactlog.row_crcs import continue_crc as _continue_crc
-from compactlog.segment import HEADER_SIZE
-from compactlog.small_runs import SMALL_BATCH_RECORDS, _chase, _step, scan_small_run
+from compactlog.storage.segment import HEADER_SIZE
 
 from .helpers import assert_run_matches, body_position, segment_files
 from .test_small_batches import build_segment, columnar, fast, records_of

@@ -1,6 +1,6 @@
-"""From ``format.py``'s columnar batches to Arrow record batches, without a row in sight.
+"""From ``batch_decode``'s columnar batches to Arrow record batches, without a row in sight.
 
-A :class:`~compactlog.batch_decode.RecordBatch` already holds its records as numpy length
+A :class:`~compactlog.encoding.batch_decode.RecordBatch` already holds its records as numpy length
 columns and byte blobs; Arrow's ``binary`` layout is a validity bitmap, ``int32`` end
 offsets and one data buffer. So a chunk of batches becomes Arrow by concatenating the
 columns (:func:`concat_batches`: a handful of numpy calls and one ``bytes.join`` per blob;
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..batch_decode import RecordBatch, concat_columns
+from ..encoding.batch_decode import RecordBatch, concat_columns
+from ..encoding.format import decode_headers
 from ..errors import ValueDecodeError
-from ..format import decode_headers
 
 METADATA_COLUMNS = ("key", "offset", "timestamp", "headers", "deleted")
 RAW_VALUE = "value"

@@ -21,12 +21,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..batch_encode import EncodedBatch, encode_columns, encode_header_column, encode_within_segment
 from ..config import LogConfig
+from ..encoding.batch_encode import (
+    EncodedBatch,
+    encode_columns,
+    encode_header_column,
+    encode_within_segment,
+)
+from ..encoding.format import CODECS
+from ..encoding.serde import decodes, deserializers
 from ..errors import ConfigError, InvalidRecordError, RecordTooLargeError
-from ..format import CODECS
-from ..serde import decodes, deserializers
-from ..state_files import read_meta
+from ..storage.state_files import read_meta
 
 WRITE_COLUMNS = ("key", "value", "timestamp", "headers")
 APPEND_RECORDS = 1 << 16  # rows per encoded batch (what append_batch gives a large call)

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..batch_decode import RecordBatch
+from ..encoding.batch_decode import RecordBatch
 from ..errors import InvalidRecordError
 from .convert import RECORD_SCHEMA, Layout, chunk_columns, to_arrow
 from .encode import APPEND_RECORDS, check_write_schema, config_encoding, encode_rows, normalize
 
 if TYPE_CHECKING:
-    from ..logview import LogView
+    from ..engine.logview import LogView
 
 
 def append_arrow(log: LogView, data: pa.RecordBatch | pa.Table) -> range:

@@ -2,7 +2,7 @@
 
 The algorithm is in :mod:`.cleaner` (pure: explicit ``now``, ``should_abort``), the
 cleaner's columnar batch rewriting in :mod:`.columns`, the statistics in :mod:`.stats`; the
-offset map and key digests are :mod:`compactlog.offset_map` (the latest-state reader and
+offset map and key digests are :mod:`compactlog.encoding.offset_map` (the latest-state reader and
 Spark use them too). This module adds what a pass needs around the algorithm: the
 cleaner lock, the uncleanable mark in ``meta``, and retention at the end of every pass.
 See ``docs/compaction.md``.
@@ -20,7 +20,7 @@ from .progress import CompactionProgress, ProgressCallback
 from .stats import CleanerStats
 
 if TYPE_CHECKING:
-    from ..logview import LogView
+    from ..engine.logview import LogView
 
 __all__ = [
     "CleanerStats",

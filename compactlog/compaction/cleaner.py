@@ -1,74 +1,20 @@
 """The cleaning algorithm (Kafka's ``Cleaner``): pure, given ``now`` and ``should_abort``.
 
-:func:`clean_log` runs one pass over a log directory. The caller holds the cleaner lock
-(``.cleaner.lock``); writers may append and readers read throughout. Only closed segments
-are touched (the newest segment is the writers'), and only through ``swap.py``.
-
-One pass, in order:
-
-1. **Select.** The cleaner point ``p`` (``cleaner.checkpoint``) splits the closed segments
-   into a clean section and a dirty section (Kafka's "tail" and "head"; here "head" is
-   only the writers' state in ``.lock``). The dirty section ends at the first uncleanable
-   offset ``u``: the active segment's base, or the base of the first segment holding a
-   record younger than ``min_compaction_lag_ms``. Dirty ratio = dirty bytes / (clean +
-   dirty bytes), counting whole segments (``dirty.py`` is the one place that computes
-   these, for every figure that shows them). Unless forced, the pass runs only when the ratio
-   is at least ``min_cleanable_dirty_ratio``, when the first dirty record is older than
-   ``max_compaction_lag_ms``, or when tombstones may have expired.
-2. **Build the offset map** over ``[p, u)``: the latest offset of every key (by 128-bit
-   digest). When it fills, it stops at the first record that did not fit: that offset
-   ``e`` is where the cleaner point moves; otherwise ``e = u``. Reading stops about one
-   window after the map fills (the map stages about the room it has left, and the dirty
-   section is read in windows no longer than the stage still takes), so a small map over a
-   long dirty section reads about what it covers, not all of it.
-3. **Verify** the CRC of every batch of the segments about to be rewritten that step 2 did
-   not read whole. A corrupt batch raises :class:`CorruptLogError` before any file changed.
-4. **Rewrite** every closed segment with a base below ``e``, oldest first, in groups: a
-   segment joins the current group while the group's output so far plus the segment's
-   size fits ``segment_bytes``, or while that output is still empty (so a segment whose
-   records are all superseded never stays behind as an empty file: its offsets join the
-   next group's file, which starts at the same base), and the group spans fewer than 2**32
-   offsets. A record is kept iff its key has no later record in the map, it is not a
-   tombstone whose ``delete_retention_ms`` (counted from when a pass first moved the
-   cleaner point past it) has run out, and it is not below the log start offset. Batches
-   that lose nothing
-   are copied byte for byte; batches that lose some are re-encoded with their offsets,
-   timestamps and headers; empty batches are dropped; runs of small batches (single
-   appends) are merged: their surviving records become one batch of at most about
-   ``cleaner_merge_batch_bytes``. Each group goes to
-   ``<first>.log.rw`` + ``<first>.idx.rw`` and is installed by
-   :func:`compactlog.swap.replace_segments` (whose docstring is the crash protocol). A
-   group of one segment that lost nothing is left alone.
-
-   4a. **Tombstone horizon, before the swap.** When the group removes an expired
-   tombstone at or above the ``tombstone_horizon`` stored in ``cleaner.checkpoint``, the
-   checkpoint is rewritten first (atomically; cleaner point and marks unchanged) with the
-   horizon raised past every tombstone the group removes. Death after this write and
-   before the swap leaves a horizon above what is removed (a reader resuming below it
-   rebuilds needlessly, never wrongly); the swap never happens before it. A disk table
-   whose checkpoint is below the horizon knows it may have missed a delete
-   (``table_identity.py``).
-5. **Checkpoint**: write ``cleaner.checkpoint`` with ``first_dirty_offset = e``, the
-   tombstone marks (``[e, now]`` appended when this pass passed tombstones; marks whose
-   tombstones have all expired dropped) and the tombstone horizon. Death before this step
-   only repeats work.
-
-``should_abort`` is polled between batches; an abort removes the group in progress and
-leaves the checkpoint as it was (groups already swapped are valid cleaned states).
-
-How it stays fast (``docs/compaction.md``, "Performance"): batches are handled in windows
-of about :data:`WINDOW_RECORDS` records (:data:`WINDOW_BYTES`), hashed and looked up at
-once; in step 4 a record of ``[p, e)`` is judged by a bitmap of the map's offsets (it was
-put in the map, so it is superseded iff its offset is not its key's latest) and only
-records below ``p`` are looked up by digest; the kept records of a window are filtered
-once and each batch encoded straight into one buffer (:class:`~.columns.KeptColumns`);
-and the disk blocks of replaced segments are freed by a helper thread (:class:`_Releaser`),
-off the critical path, without changing the swap protocol or the disk space it needs.
+:func:`clean_log` runs one pass over a log directory: select the dirty section, build the
+offset map over it, verify what will be rewritten, rewrite closed segments in groups
+through ``storage/swap.py`` (whose docstring is the crash protocol), write the checkpoint.
+The caller holds the cleaner lock; writers append and readers read throughout. The steps,
+the rules for what a record keeps and how a pass stays fast: docs/compaction.md ("How a
+pass works", "Performance"). ``should_abort`` is polled between batches; an abort removes
+the group in progress and leaves the checkpoint as it was. Before a swap
+that removes an expired tombstone at or above the ``tombstone_horizon`` stored in
+``cleaner.checkpoint``, the checkpoint is rewritten with the horizon raised past it (step 4a
+in docs/compaction.md): a death between leaves a horizon above what is removed, so a disk
+table resuming below it rebuilds needlessly, never wrongly (``table/table_identity.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -77,38 +23,34 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import filenames, swap
-from ..batch_decode import RecordBatch
 from ..config import LogConfig
+from ..encoding.batch_decode import RecordBatch
+from ..encoding.format import CODECS
+from ..encoding.offset_map import OffsetMap, key_digests
 from ..errors import Aborted, CompactLogError, CorruptLogError
-from ..format import CODECS
-from ..fsio import FileSystem
-from ..offset_map import OffsetMap, key_digests
-from ..segment import (
+from ..storage import filenames, swap
+from ..storage.fsio import FileSystem
+from ..storage.segment import (
     HEADER_SIZE,
     SegmentReader,
-    index_path,
-    new_segment_bytes,
+    TimestampCache,
     read_all,
-    segment_path,
-    write_index,
 )
-from ..state_files import CleanerState, read_cleaner_state, write_cleaner_state
+from ..storage.state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
 from .dirty import Segment, closed_segments, measure
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
+from .group import GroupWriter
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
-WRITE_CHUNK = 1 << 20
 WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
 WINDOW_BYTES = 8 << 20  # bytes of batches held at once
 # the dirty bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
 # most 4 bytes per map key; a longer dirty section (many versions per key) is looked up by
 # digest
 BITMAP_OFFSETS_PER_KEY = 32
-WRITEBACK_CHUNK = 8 << 20  # start writing a rewrite back every this many bytes
 
 
 class Throttler:
@@ -181,100 +123,6 @@ class _Marks:
         return np.where(i < len(self.ts), self.ts[np.minimum(i, len(self.ts) - 1)], self.now)
 
 
-def _writeback_starter() -> Callable[[int, int, int], None]:
-    """Linux ``sync_file_range(fd, start, length, SYNC_FILE_RANGE_WRITE)``: start writing
-    dirty pages back without waiting. A hint only: the swap's fsync is what makes a rewrite
-    durable, and finds less left to wait for. A no-op where it is not available."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError):
-        return lambda fd, start, length: None
-    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    call.restype = ctypes.c_int
-
-    def start(fd: int, offset: int, length: int) -> None:
-        call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; a failure changes nothing
-
-    return start
-
-
-_start_writeback = _writeback_starter()
-
-
-class _GroupWriter:
-    """Writes one group's ``<first>.log.rw`` and collects its index entries."""
-
-    def __init__(self, fs: FileSystem, directory: str, first: int, interval: int) -> None:
-        self.fs = fs
-        self.directory = directory
-        self.first = first
-        self.interval = interval
-        self.segments: list[Segment] = []
-        self.path = filenames.rewrite_name(segment_path(directory, first))
-        self.fd = -1  # created at the first write: a group left alone never makes a file
-        self.created = False
-        self.pending: list[bytes | np.ndarray] = [new_segment_bytes()]
-        self.pending_bytes = HEADER_SIZE
-        self.size = HEADER_SIZE
-        self.entries: list[tuple[int, int]] = []
-        self.last_entry = -1
-        self.changed = False
-        self.installing = False  # from here on, the swap protocol owns the files
-        self.before_write: Callable[[], None] | None = None  # called before the first write
-        self.written = 0  # bytes written to the file so far
-        self.hinted = 0  # bytes whose writeback was started (see _start_writeback)
-
-    def add(self, base_offset: int, *parts: bytes | np.ndarray) -> int:
-        """Append one batch (its bytes, possibly in parts); returns its size."""
-        if self.last_entry < 0 or self.size - self.last_entry >= self.interval:
-            self.entries.append((base_offset, self.size))
-            self.last_entry = self.size
-        size = 0
-        for part in parts:
-            self.pending.append(part)
-            size += len(part)
-        self.pending_bytes += size
-        self.size += size
-        if self.pending_bytes >= WRITE_CHUNK:
-            self._flush()
-        return size
-
-    def _flush(self) -> None:
-        if self.before_write is not None:
-            self.before_write()
-            self.before_write = None
-        if self.pending:
-            if not self.created:
-                self.fd = self.fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                self.created = True
-            self.fs.write(self.fd, b"".join(self.pending))
-            self.written += self.pending_bytes
-            self.pending = []
-            self.pending_bytes = 0
-            if self.written - self.hinted >= WRITEBACK_CHUNK:
-                _start_writeback(self.fd, self.hinted, self.written - self.hinted)
-                self.hinted = self.written
-
-    def finish(self) -> None:
-        self._flush()
-        self.fs.close(self.fd)
-        self.fd = -1
-        write_index(self.fs, self.directory, self.first, self.entries, temp=True)
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            self.fs.close(self.fd)
-            self.fd = -1
-        if not self.created:
-            return
-        for path in (self.path, filenames.rewrite_name(index_path(self.directory, self.first))):
-            try:
-                self.fs.remove(path)
-            except FileNotFoundError:
-                pass
-
-
 def _batches(directory: str, base: int) -> Iterator[RecordBatch]:
     with SegmentReader(directory, base, last_segment=False) as reader:
         yield from reader.runs(HEADER_SIZE)  # runs of small batches decoded at once
@@ -290,7 +138,7 @@ def clean_log(
     force: bool = False,
     should_abort: Callable[[], bool] | None = None,
     throttler: Throttler | None = None,
-    timestamp_cache: dict[tuple[int, int, int], int | None] | None = None,
+    timestamp_cache: TimestampCache | None = None,
     progress: ProgressCallback | None = None,
 ) -> CleanerStats:
     """One cleaning pass (steps 1-5 of the module docstring). Caller holds the cleaner
@@ -343,7 +191,7 @@ def _clean(
     force: bool,
     should_abort: Callable[[], bool] | None,
     throttler: Throttler | None,
-    timestamp_cache: dict[tuple[int, int, int], int | None] | None,
+    timestamp_cache: TimestampCache | None,
     meter: Meter,
 ) -> CleanerStats:
     throttle = throttler or Throttler(config.cleaner_io_bytes_per_second)
@@ -438,7 +286,7 @@ def _clean(
     if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
         context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
     stats.segments_before = len(to_clean)
-    group: _GroupWriter | None = None
+    group: GroupWriter | None = None
     releaser = _Releaser()
     try:
         for seg in to_clean:
@@ -450,7 +298,7 @@ def _clean(
                 _install(fs, directory, group, stats, releaser)
                 group = None
             if group is None:
-                group = _GroupWriter(fs, directory, seg.base, config.index_interval_bytes)
+                group = GroupWriter(fs, directory, seg.base, config.index_interval_bytes)
                 group.before_write = releaser.wait
             group.segments.append(seg)
             _clean_segment(directory, seg, group, context)
@@ -684,7 +532,7 @@ class _Context:
         self.retention = self.config.delete_retention_ms
 
 
-def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Context) -> None:
+def _clean_segment(directory: str, seg: Segment, group: GroupWriter, ctx: _Context) -> None:
     """Filter one segment into the group's rewrite, a window of batches at a time.
 
     Consecutive small batches (``small_runs.SMALL_BATCH_RECORDS`` records or fewer, such as
@@ -718,7 +566,7 @@ def _clean_segment(directory: str, seg: Segment, group: _GroupWriter, ctx: _Cont
 
 
 def _clean_window(
-    reader: SegmentReader, window: list[RecordBatch], group: _GroupWriter, ctx: _Context
+    reader: SegmentReader, window: list[RecordBatch], group: GroupWriter, ctx: _Context
 ) -> None:
     """Decide the fate of every record of a window at once, then copy, re-encode or drop
     each batch."""
@@ -820,12 +668,12 @@ def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
 def _install(
     fs: FileSystem,
     directory: str,
-    group: _GroupWriter,
+    group: GroupWriter,
     stats: CleanerStats,
     releaser: _Releaser,
 ) -> None:
     """Finish a group: swap it in, or drop the rewrite when it changes nothing (a small
-    one was never written: see ``_GroupWriter.created``)."""
+    one was never written: see ``GroupWriter.created``)."""
     if len(group.segments) == 1 and not group.changed:
         group.discard()
         stats.groups_unchanged += 1
@@ -846,7 +694,7 @@ class _Releaser:
 
     Freeing a large file's blocks (the rename over it, the remove) can take far longer than
     the CPU it uses (``discard`` mounts: ~13 ms for 32 MiB). The cleaner holds a descriptor
-    on every segment of a group while :func:`~compactlog.swap.replace_segments` runs, so
+    on every segment of a group while :func:`~compactlog.storage.swap.replace_segments` runs, so
     the rename and removes only drop names (the protocol and its fsyncs are unchanged), and
     a helper thread closes those descriptors, which frees the blocks. The next group's
     rewrite waits for the closes before it writes any data, so disk use never exceeds what

@@ -1,7 +1,7 @@
 """Columnar batch rewriting for the cleaner.
 
 :func:`encode_filtered` writes a filtered batch (``batch_decode.filter_batch``) back in the
-batch format (through :class:`~compactlog.batch_encode.EncodedBatch`, so the header and CRC
+batch format (through :class:`~compactlog.encoding.batch_encode.EncodedBatch`, so the header and CRC
 code is the encoder's); it is the reference :func:`encode_kept` is tested against.
 :func:`encode_kept` (and :class:`KeptColumns` for a window of batches) is filter and encode
 in one step: the kept columns are written straight into one body buffer (one copy instead
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batch_decode import RecordBatch
-from ..batch_encode import EncodedBatch
-from ..format import (
+from ..encoding.batch_decode import RecordBatch
+from ..encoding.batch_encode import EncodedBatch
+from ..encoding.format import (
     BATCH_HEADER,
     CODEC_ZSTD,
     FLAG_CONTIGUOUS,

@@ -24,11 +24,15 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from ..head import read_log_head
-from ..segment import bound_by_head, list_segments, max_timestamp, segment_path
-from ..state_files import read_cleaner_state
-
-TimestampCache = dict[tuple[int, int, int], int | None]
+from ..storage.head import read_log_head
+from ..storage.segment import (
+    TimestampCache,
+    bound_by_head,
+    list_segments,
+    max_timestamp,
+    segment_path,
+)
+from ..storage.state_files import read_cleaner_state
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """What a compaction pass does when the operating system refuses a write (issue 8).
 
-Every file change of a pass goes through the log's :class:`~compactlog.fsio.FileSystem`
+Every file change of a pass goes through the log's :class:`~compactlog.storage.fsio.FileSystem`
 seam. The pass runs with it wrapped in :class:`GuardedFS`, which turns an ``OSError`` into
 :class:`WriteFailed` naming the operation and the path (``os.write`` alone does not say
 which file). The cleaner then rolls back (:func:`roll_back`) and raises the public error
@@ -19,7 +19,6 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
-from .. import swap
 from ..errors import (
     CompactionError,
     CompactionWriteError,
@@ -27,14 +26,15 @@ from ..errors import (
     DiskFullError,
     WriteFailed,
 )
-from ..fsio import FileSystem
+from ..storage import swap
+from ..storage.fsio import FileSystem
 from .dirty import Segment
 
 DISK_FULL = frozenset({errnos.ENOSPC, errnos.EDQUOT})
 
 
 class Group(Protocol):
-    """What :func:`roll_back` reads of the cleaner's group writer (``cleaner._GroupWriter``),
+    """What :func:`roll_back` reads of the cleaner's group writer (``group.GroupWriter``),
     named here so that this module does not import the cleaner back."""
 
     @property
@@ -145,7 +145,7 @@ def roll_back(fs: FileSystem, directory: str, group: Group, failure: WriteFailed
     """Undo the group a write failed in, and note on ``failure`` what was done.
 
     Before the swap (``group.installing`` false) the group's ``.rw`` files go. During it,
-    :func:`compactlog.swap.resolve_interrupted_swap` decides from the ``.rw`` files: undo
+    :func:`compactlog.storage.swap.resolve_interrupted_swap` decides from the ``.rw`` files: undo
     before the rename of the ``.log.rw``, completion after it. When that fails too (the
     fault persists), the intent and the ``.rw`` files stay as they are: the next pass, or
     the next open, resolves them the same way (a ``.log.rw`` is never removed while the

@@ -19,10 +19,10 @@ every task). A task then keeps a record iff it is not a tombstone and
 * it lies in the tail and its key does not appear in the dirty section at all.
 
 Each task decides alone, so no shuffle is needed. Tasks query the map through a
-:class:`~compactlog.dirtyindex.DirtyIndex` (``Log.latest`` uses it too): dirty-section records are
-judged by a bitmap of the dirty section's latest offsets (no digest at all), tail records by their
-digest, first against a small bit filter of the dirty section's digests (most tail keys are not in
-the dirty section) and exactly only where the filter says maybe.
+:class:`~compactlog.engine.dirtyindex.DirtyIndex` (``Log.latest`` uses it too): dirty-section
+records are judged by a bitmap of the dirty section's latest offsets (no digest at all), tail
+records by their digest, first against a small bit filter of the dirty section's digests (most
+tail keys are not in the dirty section) and exactly only where the filter says maybe.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..arrow.convert import Columns, chunk_columns
-from ..dirtyindex import DirtyIndex, build_dirty_map
+from ..encoding.offset_map import key_digests
+from ..engine.dirtyindex import DirtyIndex, build_dirty_map
+from ..engine.latest import check_exact
+from ..engine.reader import iter_batches
+from ..engine.snapshot import PARTIAL_SUFFIX, is_snapshot, read_manifest, take_snapshot
 from ..errors import InexactReadError
-from ..latest import check_exact
-from ..offset_map import key_digests
-from ..reader import iter_batches
-from ..segment import list_segments
-from ..snapshot import PARTIAL_SUFFIX, is_snapshot, read_manifest, take_snapshot
-from ..state_files import read_cleaner_state
+from ..storage.segment import list_segments
+from ..storage.state_files import read_cleaner_state
 from .options import ReadOptions
 from .ranges import Partition, plan_partitions
 
@@ -143,7 +143,7 @@ def plan_read(options: ReadOptions) -> ReadPlan:
     """Resolve the snapshot, the offset range, the dirty-section map and the partitions."""
     directory, snapshot_end, cleaner_point = resolve_snapshot(options)
     bases = list_segments(directory)
-    from ..state_files import read_meta
+    from ..storage.state_files import read_meta
 
     log_start = max(read_meta(directory).log_start_offset, bases[0] if bases else 0)
     start = max(log_start, options.start_offset or 0)

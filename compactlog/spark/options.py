@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError, closest, did_you_mean
-from ..filenames import META
+from ..storage.filenames import META
 
 MODES = ("latest", "changelog")
 VALUE_FORMATS = ("binary", "string", "json")
@@ -175,6 +175,19 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
+def json_schema_problem(value_format: str | None, value_schema: str | None) -> str | None:
+    """The one rule for JSON values: they become columns only with a schema (DDL), and a
+    schema is only for JSON values. Returns the half that is broken, ``"schema"`` (JSON
+    without a schema) or ``"format"`` (a schema, values not JSON), else ``None``; ``None``
+    as the format means "the declared one", decided later. Each caller (the data source's
+    options, ``restore``, the CLI) words the refusal in its own names."""
+    if value_format == "json" and not value_schema:
+        return "schema"
+    if value_schema and value_format not in (None, "json"):
+        return "format"
+    return None
+
+
 def check_value_schema(ddl: str) -> None:
     """Refuse a ``valueSchema`` whose fields lack a type, use an unknown type or leave a
     bracket open, naming the user's text. Spark parses the rest (it sees the schema with the
@@ -211,8 +224,8 @@ def declared_value_format(path: str, has_schema: bool) -> str:
     reads as ``binary`` and ``str`` as ``string``. A declared ``json`` reads as ``json``
     when a ``valueSchema`` is given, else as ``string`` (the JSON text: Spark needs a
     schema to parse it). ``binary`` where nothing is declared or no log is there yet."""
-    from ..state_files import read_meta
-    from .logdirs import is_partitioned, list_partitions
+    from ..storage.logdirs import is_partitioned, list_partitions
+    from ..storage.state_files import read_meta
 
     directory = os.path.abspath(path)
     if is_partitioned(directory):
@@ -245,7 +258,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         raise ConfigError(
             f"option valueFormat must be one of {', '.join(VALUE_FORMATS)}, not {value_format!r}"
         )
-    if value_schema is not None and value_format != "json":
+    if json_schema_problem(value_format, value_schema) == "format":
         raise ConfigError("option valueSchema needs valueFormat=json")
     if value_schema is not None:
         check_value_schema(str(value_schema))
@@ -276,7 +289,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
 def schema_ddl(options: ReadOptions) -> str:
     """The default schema as DDL (Spark parses it, so no JVM call is needed here)."""
     if options.value_format == "json":
-        if not options.value_schema:
+        if json_schema_problem(options.value_format, options.value_schema) == "schema":
             raise ConfigError(
                 "valueFormat=json needs the value's schema: .option('valueSchema', DDL) or "
                 ".schema(...)"

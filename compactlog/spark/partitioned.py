@@ -27,16 +27,11 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommitMessage
 
-from .. import filenames
 from ..arrow.encode import log_encoding
 from ..errors import ConfigError, WriteRefusedByModeError
 from ..routing import fnv1a64, key_partitions
-from .logdirs import (
-    PARTITION_COLUMN,
-    is_partitioned,
-    list_partitions,
-    partition_dir,
-)
+from ..storage import filenames
+from ..storage.logdirs import PARTITION_COLUMN, is_partitioned, list_partitions, partition_dir
 from .options import ReadOptions
 from .user_errors import ours
 from .writer import (

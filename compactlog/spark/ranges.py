@@ -14,8 +14,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..head import read_log_head
-from ..segment import list_segments, segment_data_size
+from ..storage.head import read_log_head
+from ..storage.segment import list_segments, segment_data_size
 
 PARTITION_BYTES = 128 << 20
 

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..engine.snapshot import is_snapshot, read_manifest, take_snapshot
 from ..errors import ConfigError
-from ..fsio import fsync_dir, fsync_file
-from ..snapshot import is_snapshot, read_manifest, take_snapshot
-from .options import ReadOptions, declared_value_format
+from ..storage.fsio import fsync_dir, fsync_file
+from .options import ReadOptions, declared_value_format, json_schema_problem
 
 RESULT_FILE = "_compactlog.json"
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -118,9 +118,10 @@ def restore(
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     if value_format is None:
         value_format = declared_value_format(source, has_schema=value_schema is not None)
-    if value_format == "json" and not value_schema:
+    problem = json_schema_problem(value_format, value_schema)
+    if problem == "schema":
         raise ConfigError("value_format='json' needs value_schema (a DDL string)")
-    if value_schema and value_format != "json":
+    if problem == "format":
         raise ConfigError(
             f"value_schema needs value_format='json' (the values are read as {value_format})"
         )

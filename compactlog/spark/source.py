@@ -75,7 +75,7 @@ class CompactLogDataSource(DataSource):
 
     @ours
     def schema(self) -> str:
-        from .logdirs import PARTITION_COLUMN, is_partitioned
+        from ..storage.logdirs import PARTITION_COLUMN, is_partitioned
 
         if is_partitioned(self.parsed.path):  # a directory of logs: compactlog/spark/partitioned.py
             return f"{schema_ddl(self.parsed)}, {PARTITION_COLUMN} INT"
@@ -83,7 +83,7 @@ class CompactLogDataSource(DataSource):
 
     @ours
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .logdirs import is_partitioned
+        from ..storage.logdirs import is_partitioned
         from .partitioned import PartitionedReader
 
         if is_partitioned(self.parsed.path):

@@ -160,7 +160,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return offset
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        from ..state_files import read_meta
+        from ..storage.state_files import read_meta
         from .ranges import split_range
 
         lo, hi = int(start["offset"]), int(end["offset"])
@@ -173,7 +173,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ..arrow.convert import Layout, chunk_columns, to_arrow
-        from ..reader import iter_batches
+        from ..engine.reader import iter_batches
         from .arrow import target_schema
 
         assert isinstance(partition, CompactLogPartition)
@@ -192,7 +192,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 def make_stream_reader(raw: Mapping[str, str], options: ReadOptions, schema: StructType) -> Any:
     """What ``DataSource.streamReader`` returns: the reader, or a :class:`RefusedStream`
     carrying the reason it cannot be made."""
-    from .logdirs import is_partitioned
+    from ..storage.logdirs import is_partitioned
 
     try:
         if is_partitioned(os.path.abspath(options.path)):

@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from .. import filenames
 from ..arrow.encode import (
     APPEND_RECORDS,
     LogEncoding,
@@ -39,11 +38,12 @@ from ..arrow.encode import (
     encode_rows,
     normalize,
 )
-from ..batch_encode import EncodedBatch, read_staged_batches
+from ..encoding.batch_encode import EncodedBatch, read_staged_batches
+from ..encoding.format import STAGING_FILE_HEADER
 from ..errors import ConfigError, StagedFileError, WriteRefusedByModeError
-from ..format import STAGING_FILE_HEADER
-from ..fsio import DEFAULT_FS
 from ..log import wall_clock_ms
+from ..storage import filenames
+from ..storage.fsio import DEFAULT_FS
 from .user_errors import ours
 
 STAGING_DIR = ".spark-staging"

@@ -30,9 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import compactlog
-from compactlog import filenames
 from compactlog.errors import LogCheckError
-from compactlog.state_files import read_cleaner_state
+from compactlog.storage import filenames
+from compactlog.storage.state_files import read_cleaner_state
 
 from .models import CrashState
 from .workloads import LOG, PROBE, SCRATCH, Promise, Workload, rebooted
@@ -171,7 +171,7 @@ def _check_writable(
                 f"after appending at {end}, reading from it gave {back[:3]}",
             )
         try:
-            log.check()  # (compactlog.invariants: segments, index, head, checkpoints)
+            log.check()  # (compactlog.engine.invariants: segments, index, head, checkpoints)
         except LogCheckError as error:
             lines = "; ".join(p.line() for p in error.problems)
             raise CheckFailed("an invariant does not hold after recovery", lines) from None

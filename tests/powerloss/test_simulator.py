@@ -69,7 +69,7 @@ def test_calls_outside_the_root_are_not_events(tmp_path):
 
 
 def test_a_from_os_import_binding_in_the_library_is_recorded(tmp_path):
-    from compactlog import single
+    from compactlog.engine import single
 
     def script(root: str) -> None:
         fd = os.open(os.path.join(root, "a"), os.O_RDWR | os.O_CREAT)
@@ -292,7 +292,7 @@ def test_a_recording_says_what_was_promised_at_each_crash_point(tmp_path):
 
 
 def test_files_the_library_writes_through_the_builtin_open_are_recorded(tmp_path):
-    from compactlog import recovery  # (repair rewrites a torn segment header this way)
+    from compactlog.engine import recovery  # (repair rewrites a torn segment header this way)
 
     def script(root: str) -> None:
         with recovery.open(os.path.join(root, "a"), "wb") as handle:  # type: ignore[attr-defined]

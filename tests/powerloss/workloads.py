@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import compactlog
-from compactlog.head import BOOT
+from compactlog.storage.head import BOOT
 
 from .models import MODELS, CrashState, ordered_with_new
 from .recorder import SYNC_CALLS, Recorder, Recording
@@ -418,7 +418,7 @@ def _second_run(session: Session, state: CrashState, promise: Promise, *, size: 
 @contextmanager
 def rebooted() -> Iterator[None]:
     """A power loss is a reboot: a boot id of its own while inside, so that heads stored
-    before it are stale (``compactlog.head.BOOT``); this process's own boot id after."""
+    before it are stale (``compactlog.storage.head.BOOT``); this process's own boot id after."""
     before = BOOT.id
     BOOT.id = os.urandom(16)
     try:

@@ -36,11 +36,11 @@ from pyspark.sql.types import (
 
 import compactlog
 from compactlog.errors import ConfigError
-from compactlog.segment import list_segments, segment_path
 from compactlog.spark.options import parse_options
 from compactlog.spark.partitioned import prepare_partitioned
 from compactlog.spark.ranges import split_range
 from compactlog.spark.stream import current_table, make_stream_reader, upsert_into_parquet
+from compactlog.storage.segment import list_segments, segment_path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -233,8 +233,8 @@ def test_the_tasks_encoder_makes_the_batches_encode_batch_makes(
     """Byte for byte: the batch a task encodes from Arrow buffers is the one
     ``batch_encode.encode_batch`` encodes from the same rows as Python objects."""
     from compactlog.arrow.encode import LogEncoding, encode_table
-    from compactlog.batch_encode import encode_batch
-    from compactlog.format import CODEC_NONE, CODEC_ZSTD
+    from compactlog.encoding.batch_encode import encode_batch
+    from compactlog.encoding.format import CODEC_NONE, CODEC_ZSTD
 
     now = 1_700_000_000_000
     codec = CODEC_ZSTD if zstd else CODEC_NONE
