@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import segment
 from compactlog.encoding.batch_decode import Record
 from compactlog.errors import CorruptLogError
+from compactlog.storage import segment
 
 from .helpers import batch_positions, body_position, flip_bit, segment_files
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import compactlog
-from compactlog import aio
+from compactlog.engine import aio
 
 BIG = 50_000  # records of the batch the follower applies while readers read
 
