@@ -410,7 +410,7 @@ def _chase(
         # the next search from a spacing past this hit, not from a spacing past ``at``: a
         # large batch in the run (no pattern in its body) is searched through once
         at = max(at, hit - COUNT_AT) + _CHASE_SPACING
-    points = np.unique(np.array(starts, dtype=np.int64))
+    points = np.array(starts, dtype=np.int64)  # (ascending: each search starts past the last hit)
     # (a start whose length is not its body length + header is no simple batch: dropped)
     later = points[1:]
     later = later[later <= stop - header_size]
@@ -435,10 +435,12 @@ def _chase(
     # chain's positions are where it was before its steps while short of its target
     wrong = at_ != targets
     j = int(np.argmax(wrong)) if bool(wrong.any()) else len(points) - 1
-    chained = np.stack(walked, axis=1)[: j + 1]
-    positions = chained[chained < targets[: j + 1, None]]
+    chained = np.stack([*walked, at_], axis=1)[: j + 1]
+    short = chained[:, :-1] < targets[: j + 1, None]
+    positions = chained[:, :-1][short]
     # the checks of _step, for every batch at once: the walk ends at the first that fails
-    lengths = fields[np.minimum(positions, limit)].astype(np.int64)
+    # (each batch's length is the step its chain took from it: no second gather)
+    lengths = np.diff(chained, axis=1)[short]
     bad = np.flatnonzero((lengths < header_size) | (positions + lengths > stop))
     if bad.size:
         cut = int(bad[0])
