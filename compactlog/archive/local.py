@@ -200,6 +200,10 @@ def segment_file_name(base: int) -> str:
     return filenames.segment_name(base)
 
 
+def index_file_name(base: int) -> str:
+    return filenames.index_name(base)
+
+
 def fsync_directory(directory: str) -> None:
     from ..fsio import fsync_dir
 
@@ -214,6 +218,7 @@ __all__ = [
     "capture",
     "check_piece",
     "fsync_directory",
+    "index_file_name",
     "log_id",
     "segment_file_name",
     "write_small_file",
