@@ -118,7 +118,12 @@ def open_store(url: str, *, retries: int = 4, timeout_s: float = 30.0) -> Object
                 "base": 2.0,
             },
         },
-        "client_options": {"timeout": timedelta(seconds=timeout_s), "connect_timeout": "5s"},
+        "client_options": {
+            "timeout": timedelta(seconds=timeout_s),
+            "connect_timeout": timedelta(seconds=5),
+            # client options replace the environment's, so carry AWS_ALLOW_HTTP over
+            "allow_http": os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes"),
+        },
     }
     try:
         inner = from_url(url, **options)
