@@ -214,6 +214,7 @@ def _fetch_segments(
     done = [0]
     lock = threading.Lock()
     fds: dict[int, int] = {}
+    remaining = {e.base: len(e.objects) for e in todo}
     try:
         for entry in todo:
             part = os.path.join(target, local.segment_file_name(entry.base) + PART_SUFFIX)
@@ -226,10 +227,19 @@ def _fetch_segments(
             while view:
                 written = os.pwrite(fds[entry.base], view, position)
                 view, position = view[written:], position + written
-            if progress is not None:
-                with lock:
-                    done[0] += len(data)
+            with lock:
+                remaining[entry.base] -= 1
+                complete = remaining[entry.base] == 0
+                done[0] += len(data)
+                if progress is not None:
                     progress(done[0], total)
+            if complete:  # the segment is whole: it survives an interruption from here on
+                with lock:
+                    fd = fds.pop(entry.base)
+                os.fsync(fd)
+                os.close(fd)
+                name = local.segment_file_name(entry.base)
+                os.rename(os.path.join(target, name + PART_SUFFIX), os.path.join(target, name))
 
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="archive-fetch") as pool:
             futures = [pool.submit(fetch, e, ref) for e in todo for ref in e.objects]
@@ -240,12 +250,6 @@ def _fetch_segments(
                 for future in futures:
                     future.cancel()
                 raise
-        for entry in todo:
-            fd = fds.pop(entry.base)
-            os.fsync(fd)
-            os.close(fd)
-            name = local.segment_file_name(entry.base)
-            os.rename(os.path.join(target, name + PART_SUFFIX), os.path.join(target, name))
         local.fsync_directory(target)
     finally:
         for fd in fds.values():
