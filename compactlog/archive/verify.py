@@ -52,7 +52,7 @@ def verify(store: Store, *, threads: int = 8) -> VerifyReport:
 
     def check(ref: ObjectRef) -> str | None:
         try:
-            fetch_object(store, ref)
+            fetch_object(store, ref, deep=True)
         except ArchiveError as error:
             return str(error)
         return None
