@@ -41,7 +41,14 @@ class RunStats:
     lag_records: int = 0
     last_error: str | None = None
     pruned_objects: int = 0
+    caught_up_ms: int | None = None  # when a round last held everything durable then
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def lag_seconds(self, now: int | None = None) -> float:
+        """Seconds since the archive last held everything durable in the log (the end of
+        the last successful round; since the start when none succeeded yet)."""
+        since = self.caught_up_ms if self.caught_up_ms is not None else self.extra.get("started_ms")
+        return max(((now or now_ms()) - int(since or now_ms())) / 1000, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +62,7 @@ class RunStats:
             "lag_records": self.lag_records,
             "last_error": self.last_error,
             "pruned_objects": self.pruned_objects,
+            "lag_seconds": round(self.lag_seconds(), 3),
         }
 
 
@@ -67,11 +75,14 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     report: Callable[[str, dict[str, Any]], None] | None = None,
     max_rounds: int | None = None,
+    stats: RunStats | None = None,
 ) -> RunStats:
-    """Archive ``log_path`` into ``store`` until ``should_stop()`` (or ``max_rounds``)."""
+    """Archive ``log_path`` into ``store`` until ``should_stop()`` (or ``max_rounds``);
+    ``stats`` (updated after every round) lets a caller watch it run."""
     import compactlog
 
-    stats = RunStats()
+    stats = RunStats() if stats is None else stats
+    stats.extra.setdefault("started_ms", now_ms())
     log = compactlog.open(log_path, create=False, read_only=True)
     archiver = Archiver(log, store)
     cache: dict[int, Manifest] = {}
@@ -141,6 +152,7 @@ def _account(stats: RunStats, result: PushResult | None) -> None:
     stats.bytes += result.bytes
     stats.end_offset = result.end_offset
     stats.lag_records = result.lag_records
+    stats.caught_up_ms = now_ms()
     if result.manifest is not None:
         stats.commits += 1
         stats.last_commit_ms = now_ms()
