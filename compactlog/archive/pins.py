@@ -62,6 +62,13 @@ class Pin:
             except ArchiveError:
                 pass  # the next refresh tries again; the pin lasts ttl_ms
 
+    def detach(self) -> None:
+        """Stop refreshing and leave the pin to expire at its time to live (a reader
+        that cannot tell when it is done, such as a Spark query's planner)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
