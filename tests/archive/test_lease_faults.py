@@ -205,3 +205,52 @@ def test_the_s3_server_restarted_mid_run(tmp_path, seaweed, s3_url):
     assert verify(store).ok
     restore(store, str(tmp_path / "restored"))
     assert state_of(tmp_path / "restored") == model.state()
+
+
+def test_a_proxy_that_drops_delays_and_resets_connections(tmp_path, seaweed, s3_url, monkeypatch):
+    """Network faults between the archiver and the server (a loopback TCP proxy): rounds
+    fail or get through (obstore retries), never commit a manifest naming a missing object,
+    and the archive ends equal to the log."""
+    from .proxy import FaultyProxy
+
+    port = int(seaweed.endpoint.rsplit(":", 1)[1])
+    proxy = FaultyProxy(("127.0.0.1", port), seed=81, fault_rate=0.05)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    rng = random.Random(82)
+    source = tmp_path / "source"
+    log = new_log(source)
+    reader = compactlog.open(source, read_only=True)
+    flaky = open_store(s3_url)
+    direct = None
+    try:
+        archiver = Archiver(reader, flaky)
+        for _ in range(20):
+            try:
+                archiver.start()
+                break
+            except StoreError:
+                continue
+        model = Model()
+        failures = 0
+        for round_ in range(10):
+            model.append(log, rng, rng.choice((5, 80, 250)))
+            if round_ % 4 == 3:
+                log.compact(force=True)
+            try:
+                archiver.push()
+            except StoreError:
+                failures += 1
+        proxy.fault_rate = 0.0
+        final = archiver.push()
+        archiver.stop()
+        assert final.end_offset == log.end_offset
+        assert proxy.faults > 0, failures
+    finally:
+        reader.close()
+        log.close()
+        proxy.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", seaweed.endpoint)
+    direct = open_store(s3_url)
+    assert verify(direct).ok
+    restore(direct, str(tmp_path / "restored"))
+    assert state_of(tmp_path / "restored") == model.state()
