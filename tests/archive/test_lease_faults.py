@@ -91,23 +91,11 @@ def test_injected_failures_never_commit_a_manifest_naming_a_missing_object(tmp_p
         return None
 
     store = FaultyStore(inner, plan)
-    archiver = Archiver(reader, store)
-    while True:
-        try:
-            archiver.start()
-            break
-        except StoreError:
-            continue
+    archiver = started(Archiver(reader, store))
     model = Model()
     failures = 0
     for round_ in range(15):
-        model.append(log, rng, rng.choice((3, 50, 150)))
-        if round_ % 5 == 4:
-            log.compact(force=True)
-        try:
-            archiver.push()
-        except StoreError:
-            failures += 1
+        failures += faulty_round(log, archiver, model, rng, round_)
         newest = manifests.latest(inner)
         if newest is not None:  # every committed manifest names only complete objects
             for segment in newest.segments:
@@ -124,6 +112,29 @@ def test_injected_failures_never_commit_a_manifest_naming_a_missing_object(tmp_p
     assert final.end_offset == end
     restore(inner, str(tmp_path / "restored"))
     assert state_of(tmp_path / "restored") == model.state(end)
+
+
+def started(archiver: Archiver) -> Archiver:
+    """Take the lease through the faults (each try either holds it or changes nothing)."""
+    for _ in range(50):
+        try:
+            archiver.start()
+            return archiver
+        except StoreError:
+            continue
+    raise AssertionError("could not take the lease in 50 tries")
+
+
+def faulty_round(log, archiver: Archiver, model: Model, rng: random.Random, round_: int) -> int:
+    """Appends (a compaction every 4th round) and a push that may fail: 1 if it did."""
+    model.append(log, rng, rng.choice((3, 50, 150)))
+    if round_ % 4 == 3:
+        log.compact(force=True)
+    try:
+        archiver.push()
+    except StoreError:
+        return 1
+    return 0
 
 
 def _run_archiver(log: Path, url: str, log_file) -> subprocess.Popen:
@@ -221,25 +232,10 @@ def test_a_proxy_that_drops_delays_and_resets_connections(tmp_path, seaweed, s3_
     log = new_log(source)
     reader = compactlog.open(source, read_only=True)
     flaky = open_store(s3_url)
-    direct = None
     try:
-        archiver = Archiver(reader, flaky)
-        for _ in range(20):
-            try:
-                archiver.start()
-                break
-            except StoreError:
-                continue
+        archiver = started(Archiver(reader, flaky))
         model = Model()
-        failures = 0
-        for round_ in range(10):
-            model.append(log, rng, rng.choice((5, 80, 250)))
-            if round_ % 4 == 3:
-                log.compact(force=True)
-            try:
-                archiver.push()
-            except StoreError:
-                failures += 1
+        failures = sum(faulty_round(log, archiver, model, rng, r) for r in range(10))
         proxy.fault_rate = 0.0
         final = archiver.push()
         archiver.stop()
