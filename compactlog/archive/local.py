@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +109,7 @@ def capture(
     then is told the log is busy and runs at its next turn). ``needs_read(base, stat,
     durable_size, active)`` says which segments get a descriptor."""
     directory = log.directory
-    with log.cleaner_lock(wait=False):
+    with _cleaner_lock(log):
         bases = list_segments(directory)
         point = read_sync_point(directory)
         head = read_log_head(directory)
@@ -142,6 +144,29 @@ def capture(
             raise
     handed_out = head.end_offset if head is not None else 0
     return DurableView(directory, segments, meta, cleaner, handed_out, log_id)
+
+
+@contextmanager
+def _cleaner_lock(log: Any, attempts: int = 20, pause_s: float = 0.05) -> Iterator[None]:
+    """Hold the cleaner lock, tried without waiting a few times over about a second: a
+    running pass or retention run is never waited on for long (the caller's next round
+    tries again), and never made to wait on us for more than milliseconds."""
+    from ..errors import LogLockedError
+
+    for attempt in range(attempts):
+        lock = log.cleaner_lock(wait=False)
+        try:
+            lock.__enter__()
+        except LogLockedError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+            continue
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+        return
 
 
 def check_piece(path: str, data: bytes, start: int) -> tuple[int, int | None]:
