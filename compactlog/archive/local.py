@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import filenames
-from ..head import read_log_head, read_sync_point
+from ..head import LOCK_FILE_SIZE, Head, encode_head, read_log_head, read_sync_point
 from ..segment import (
     HEADER_SIZE,
     check_segment_header,
@@ -221,6 +221,22 @@ def write_small_file(directory: str, name: str, data: bytes) -> None:
     FileSystem().write_atomic(directory, name, data)
 
 
+def write_offset_floor(directory: str, active_base: int, active_size: int, end: int) -> None:
+    """Make the next open of a restored log hand out offsets from ``end`` on: a writers'
+    head in ``.lock`` naming ``end`` (with no boot id, so only a hint), which recovery's
+    pass 7 takes as the lowest next offset, as it does after a crash that lost unsynced
+    records (format.md section 10). Offsets the lost machine handed out are never reused."""
+    data = encode_head(Head(0, active_base, end, active_size))
+    data += bytes(LOCK_FILE_SIZE - len(data))
+    path = os.path.join(directory, filenames.WRITER_LOCK)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def segment_file_name(base: int) -> str:
     return filenames.segment_name(base)
 
@@ -246,5 +262,6 @@ __all__ = [
     "index_file_name",
     "log_id",
     "segment_file_name",
+    "write_offset_floor",
     "write_small_file",
 ]

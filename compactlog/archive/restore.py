@@ -93,9 +93,12 @@ def restore(
        segment's name. A death here leaves whole segments and ``.part`` files; the next
        run keeps the former (checked again) and fetches the rest.
     5. Write ``cleaner.checkpoint`` and then ``meta`` (each atomically): until ``meta``
-       exists the directory is not a log, so nothing opens a half-restored one.
-    6. Open the log once for writing (recovery builds the indexes and the head) and check
-       its end offset is the manifest's; remove ``MARKER``.
+       exists the directory is not a log, so nothing opens a half-restored one. When the
+       source had handed out offsets past the archived ones (``handed_out``: records
+       acknowledged but not yet durable or archived, lost with that machine), leave a
+       head in ``.lock`` naming them, so that they are never handed out again.
+    6. Open the log once for writing (recovery builds the indexes and the head, and skips
+       to ``handed_out``) and check its end offset; remove ``MARKER``.
     """
     started = time.perf_counter()
     target = os.path.abspath(target)
@@ -130,6 +133,9 @@ def restore(
         local.write_small_file(
             target, local.META_FILE, json.dumps(chosen.meta, indent=1, sort_keys=True).encode()
         )
+        if chosen.handed_out > chosen.end_offset and chosen.segments:
+            last = chosen.segments[-1]
+            local.write_offset_floor(target, last.base, last.size, chosen.handed_out)
         # 6.
         _open_once(target, chosen)
         os.unlink(os.path.join(target, MARKER))
@@ -275,10 +281,10 @@ def _open_once(target: str, chosen: Manifest) -> None:
         end = log.end_offset
     finally:
         log.close()
-    if end != chosen.end_offset:
+    expected = max(chosen.end_offset, chosen.handed_out) if chosen.segments else end
+    if end != expected:
         raise ArchiveError(
-            f"restored log ends at offset {end}, manifest {chosen.sequence} says "
-            f"{chosen.end_offset}",
+            f"restored log ends at offset {end}, manifest {chosen.sequence} says {expected}",
             path=target,
         )
 

@@ -247,3 +247,25 @@ def test_follower_equals_the_source_at_its_offset(tmp_path, s3_url):
     archiver.stop()
     reader.close()
     log.close()
+
+
+def test_offsets_handed_out_but_not_archived_are_never_reused(tmp_path, memory_url):
+    """sync="os": the active segment is not durable, so the archive ends below the offsets
+    the lost machine handed out; the restored log holds the archived records and its next
+    append comes after every offset ever handed out."""
+    log = new_log(tmp_path / "source", sync="os", segment_bytes=2048)
+    model = Model()
+    model.append(log, random.Random(12), 300)
+    store = open_store(memory_url)
+    with compactlog.open(tmp_path / "source", read_only=True) as reader:
+        archiver = Archiver(reader, store)
+        archiver.start()
+        archived = archiver.push().end_offset
+        archiver.stop()
+    handed_out = log.end_offset
+    log.close()
+    assert archived < handed_out  # the premise: unsynced records were not archived
+    restore(store, str(tmp_path / "restored"))
+    assert state_of(tmp_path / "restored") == model.state(archived)
+    with compactlog.open(tmp_path / "restored") as restored:
+        assert restored.append(b"next", b"value") == handed_out
