@@ -117,3 +117,18 @@ def test_a_second_archiver_is_refused_naming_the_holder(tmp_path, source):
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_restore_to_parquet_straight_from_an_archive(tmp_path, source, s3_url):
+    import pyarrow.parquet as pq
+
+    path, model = source
+    run("archive", "push", path, s3_url)
+    out = tmp_path / "out.parquet"
+    done = json.loads(run("restore", s3_url, "--to", out, "--engine", "arrow", "--json").stdout)
+    assert done["rows"] == len(model.state())
+    table = pq.read_table(out)
+    got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    assert got == model.state()
+    refused = run("restore", s3_url, "--to", tmp_path / "x", "--master", "spark://h:7077", check=2)
+    assert "spark.read.format('compactlog').load(URL)" in refused.stderr
