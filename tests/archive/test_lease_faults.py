@@ -137,6 +137,18 @@ def faulty_round(log, archiver: Archiver, model: Model, rng: random.Random, roun
     return 0
 
 
+def caught_up(store, end: int, archiver: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until the archive holds offsets up to ``end``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        newest = manifests.latest(store)
+        if newest is not None and newest.end_offset >= end:
+            return
+        assert archiver.poll() is None, "the archiver exited"
+        time.sleep(0.05)
+    raise AssertionError(f"the archive did not reach offset {end} in {timeout}s")
+
+
 def _run_archiver(log: Path, url: str, log_file) -> subprocess.Popen:
     return subprocess.Popen(
         [str(BIN), "archive", "run", str(log), url, "--interval", "0.05s", "--retention", "0s"],
@@ -159,7 +171,8 @@ def test_kill_9_at_random_points_then_restart(tmp_path, s3_url):
     with open(tmp_path / "archiver.out", "ab") as out:
         for _ in range(3):
             archiver = _run_archiver(source, s3_url, out)
-            deadline = time.monotonic() + rng.uniform(1.0, 3.0)  # starting takes ~1 s
+            caught_up(store, log.end_offset, archiver)  # it runs (starting takes seconds)
+            deadline = time.monotonic() + rng.uniform(0.0, 1.0)  # then dies at a random point
             while time.monotonic() < deadline:
                 model.append(log, rng, rng.choice((1, 20, 120)))
                 if rng.random() < 0.2:
@@ -168,23 +181,18 @@ def test_kill_9_at_random_points_then_restart(tmp_path, s3_url):
             archiver.send_signal(signal.SIGKILL)
             archiver.wait()
             newest = manifests.latest(store)
-            if newest is not None:
-                assert newest.end_offset >= (ends[-1] if ends else 0)  # nothing archived lost
-                ends.append(newest.end_offset)
-                for segment in newest.segments:
-                    for ref in segment.objects:
-                        assert store.head(ref.key) is not None, ref.key
+            assert newest is not None
+            assert newest.end_offset >= (ends[-1] if ends else 0)  # nothing archived lost
+            ends.append(newest.end_offset)
+            for segment in newest.segments:
+                for ref in segment.objects:
+                    assert store.head(ref.key) is not None, ref.key
         archiver = _run_archiver(source, s3_url, out)  # a last one, stopped cleanly
         log.flush()
         end = log.end_offset
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            newest = manifests.latest(store)
-            if newest is not None and newest.end_offset == end:
-                break
-            time.sleep(0.05)
+        caught_up(store, end, archiver)
         archiver.send_signal(signal.SIGTERM)
-        assert archiver.wait(timeout=30) == 0
+        assert archiver.wait(timeout=60) == 0
     log.close()
     assert ends, (tmp_path / "archiver.out").read_text()
     assert verify(store).ok
