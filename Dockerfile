@@ -35,7 +35,7 @@ COPY --from=build /wheels /wheels
 # the wheel pins nothing but its own lower bounds (pyproject.toml), as a library should
 # hadolint ignore=DL3013
 RUN wheel="$(find /wheels -name 'compactlog-*.whl' | head -n 1)" \
-    && pip install --no-cache-dir "${wheel}[spark]" \
+    && pip install --no-cache-dir "${wheel}[spark,archive]" \
     && rm -rf /wheels
 
 # pip's pyspark carries Spark itself: spark-class runs the master and the worker

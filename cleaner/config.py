@@ -31,6 +31,14 @@ the environment variable or the flag) with a "did you mean" for a misspelled nam
     initial_seconds = 30               # a failing log waits this long, doubling per failure,
     max_seconds = 3600                 # up to this
 
+    [archive]                          # optional: archive every log to object storage
+    url = "s3://bucket/prefix"         # each log goes to <url>/<its name> (docs/archive.md)
+    interval_seconds = 1               # archiving rounds
+    retention_seconds = 604800         # restore window (7 days); 0 keeps the newest only
+    lag_threshold_seconds = 300        # /readyz is unready while a log's archive lags more
+    [archive.logs]                     # per log or glob: its own URL ("" = not archived)
+    "orders-*" = "s3://other-bucket/orders"
+
     [[override]]                       # per-log or per-glob compaction/retention settings
     match = "orders-*"                 # fnmatch against the log's name or its path
     min_cleanable_dirty_ratio = 0.2
@@ -145,6 +153,11 @@ class ServiceConfig:
     log_format: str = "text"
     log_level: str = "info"
     overrides: tuple[Override, ...] = ()
+    archive_url: str | None = None
+    archive_urls: tuple[tuple[str, str], ...] = ()  # (glob, URL or "") per log
+    archive_interval_seconds: float = 1.0
+    archive_retention_seconds: float = 7 * 86_400.0
+    archive_lag_threshold_seconds: float = 300.0
     source: str = "defaults"  # the file it was read from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
     # field -> (source, key as the user wrote it) of every setting not left at its default
@@ -174,6 +187,23 @@ class ServiceConfig:
             "state_file", "needed when no root is configured", source=self.source
         )
 
+    def archive_url_for(self, name: str, path: str) -> str | None:
+        """Where a log is archived: the last ``[archive.logs]`` glob matching its name or
+        path, else ``<archive.url>/<name>``; ``None``: not archived."""
+        from fnmatch import fnmatch
+
+        chosen: str | None = None
+        for pattern, url in self.archive_urls:
+            if fnmatch(name, pattern) or fnmatch(path, pattern):
+                chosen = url
+        if chosen is not None:
+            return chosen or None
+        return f"{self.archive_url.rstrip('/')}/{name}" if self.archive_url else None
+
+    @property
+    def archiving(self) -> bool:
+        return bool(self.archive_url) or any(url for _glob, url in self.archive_urls)
+
     def overrides_for(self, name: str, path: str) -> dict[str, Any]:
         """The merged override settings for one log (later matches win)."""
         from fnmatch import fnmatch
@@ -200,6 +230,13 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "throttle": {"io_bytes_per_second": "io_bytes_per_second"},
     "metrics": {"enabled": "metrics_enabled", "address": "metrics_address", "port": "metrics_port"},
     "backoff": {"initial_seconds": "backoff_initial_seconds", "max_seconds": "backoff_max_seconds"},
+    "archive": {
+        "url": "archive_url",
+        "logs": "archive_urls",
+        "interval_seconds": "archive_interval_seconds",
+        "retention_seconds": "archive_retention_seconds",
+        "lag_threshold_seconds": "archive_lag_threshold_seconds",
+    },
 }
 
 # environment variable suffix -> field
@@ -218,6 +255,7 @@ _ENV = {
     "LOG_LEVEL": "log_level",
     "FORCED_CRON": "forced_cron",
     "RETENTION_CRON": "retention_cron",
+    "ARCHIVE_URL": "archive_url",
 }
 
 
@@ -470,6 +508,31 @@ def _checked(name: str, value: Any, fail: Any, base_dir: str | None) -> Any:
         return _paths(name, value, fail, base_dir)
     if name == "overrides":
         return value
+    if name == "archive_url":
+        if value is not None and (not isinstance(value, str) or "://" not in value):
+            raise fail(
+                name, f"must be an archive URL (s3://, gs://, az://, file:///), not {value!r}"
+            )
+        return value or None
+    if name == "archive_urls":
+        if not isinstance(value, Mapping):
+            raise fail(name, f"must be a table of glob = URL, not {value!r}")
+        for pattern, url in value.items():
+            if not isinstance(url, str) or (url and "://" not in url):
+                raise fail(name, f'{pattern!r} must map to an archive URL or "", not {url!r}')
+        return tuple((str(k), str(v)) for k, v in value.items())
+    if name in (
+        "archive_interval_seconds",
+        "archive_retention_seconds",
+        "archive_lag_threshold_seconds",
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail(name, f"must be a number of seconds, not {value!r}")
+        if value < 0 or (value == 0 and name == "archive_interval_seconds"):
+            raise fail(
+                name, f"must be {'positive' if 'interval' in name else 'at least 0'}, not {value}"
+            )
+        return float(value)
     if name in ("workers", "misfire_grace_seconds", "metrics_port", "io_bytes_per_second"):
         low = {"workers": 1, "misfire_grace_seconds": 1}.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int):

@@ -215,11 +215,19 @@ def serve(config: ServiceConfig, *, once: bool, force: bool = False) -> int:
         logger.info(f"removed {temp} left by a killed service", extra={"event": "recovered"})
     metrics = Metrics()
     server: HealthServer | None = None
+    jobs = None
+    if config.archiving and not once:
+        from .archiving import ArchiveJobs
+
+        jobs = ArchiveJobs(config, stop, metrics)
     try:
         if config.metrics_enabled and not (once and not config.metrics_requested):
             try:
                 server = HealthServer(
-                    metrics, config.metrics_address, config.metrics_port, lambda: ready(config)
+                    metrics,
+                    config.metrics_address,
+                    config.metrics_port,
+                    lambda: ready(config) or (jobs.unready() if jobs is not None else None),
                 )
             except OSError as error:
                 logger.error(
@@ -250,12 +258,23 @@ def serve(config: ServiceConfig, *, once: bool, force: bool = False) -> int:
         )
         if once:
             outcomes = cleaner.round(force=force)
+            archive_problems = []
+            if config.archiving:
+                from .archiving import push_all_once
+
+                archive_problems = push_all_once(config)
             cleaner.phase = "stopped"
             cleaner.save_state()
             cleaner.close()
             bad = [o for o in outcomes if o.status in ("failed", "uncleanable")]
-            return EXIT_PROBLEM if bad else EXIT_OK
-        return _run_until_stopped(cleaner, config, stop)
+            return EXIT_PROBLEM if bad or archive_problems else EXIT_OK
+        if jobs is not None:
+            jobs.start()
+            cleaner.extra_state["archive"] = jobs.document
+        code = _run_until_stopped(cleaner, config, stop)
+        if jobs is not None:
+            jobs.join(config.grace_seconds)  # each job finishes its round and commits
+        return code
     finally:
         if server is not None:
             server.stop()

@@ -72,11 +72,41 @@ class Metrics:
         self.throttled = Counter(
             f"{PREFIX}_throttled_seconds", "Seconds passes slept for the I/O budget.", registry=r
         )
+        # archiving (cleaner/archiving.py): read from each job's live statistics
+        self.archive = {
+            "lag_records": g(
+                "archive_lag_records", "Offsets handed out locally that the archive lacks."
+            ),
+            "lag_seconds": g(
+                "archive_lag_seconds", "Seconds since the archive last held all durable data."
+            ),
+            "bytes": g("archive_shipped_bytes", "Bytes uploaded to the archive (this process)."),
+            "objects": g("archive_shipped_objects", "Objects uploaded to the archive."),
+            "failures": g("archive_failures", "Failed archiving rounds and restarts."),
+            "last_commit": g(
+                "archive_last_commit_timestamp_seconds", "When a manifest was last committed."
+            ),
+        }
         self.started = time.time()
         uptime = Gauge(f"{PREFIX}_uptime_seconds", "Seconds since the service started.", registry=r)
         uptime.set_function(lambda: time.time() - self.started)
         self._known: dict[str, LogRef] = {}
         self._subscribers: dict[str, set[str]] = {}
+
+    def watch_archive(self, ref: LogRef, stats: Any) -> None:
+        """Export one archiving job's statistics (read when scraped)."""
+        labels = (ref.name, ref.path)
+        a = self.archive
+        a["lag_records"].labels(*labels).set_function(lambda: stats.lag_records)
+        a["lag_seconds"].labels(*labels).set_function(stats.lag_seconds)
+        a["bytes"].labels(*labels).set_function(lambda: stats.bytes)
+        a["objects"].labels(*labels).set_function(lambda: stats.objects)
+        a["failures"].labels(*labels).set_function(lambda: stats.failures)
+        a["last_commit"].labels(*labels).set_function(lambda: (stats.last_commit_ms or 0) / 1000)
+
+    def forget_archive(self, ref: LogRef) -> None:
+        for metric in self.archive.values():
+            self._remove(metric, (ref.name, ref.path))
 
     def observe_facts(self, facts: LogFacts, *, failing: bool = False) -> None:
         labels = (facts.ref.name, facts.ref.path)

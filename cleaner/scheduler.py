@@ -115,6 +115,7 @@ class Cleaner:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._save_lock = threading.Lock()  # one writer of the state file at a time
+        self.extra_state: dict[str, Any] = {}  # name -> callable: more state-file sections
 
     # -- one round -----------------------------------------------------------------------
     def round(self, *, force: bool = False, retention_only: bool = False) -> list[PassOutcome]:
@@ -398,6 +399,7 @@ class Cleaner:
                 "queue": self.queued,
                 "errors": self.errors,
                 "logs": {path: s.to_dict() for path, s in sorted(self.logs.items())},
+                **{name: section() for name, section in self.extra_state.items()},
             }
 
     def save_state(self) -> None:

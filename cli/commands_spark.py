@@ -3,10 +3,15 @@ Spark)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
 from .common import json_option, log_dir, path_argument
-from .output import emit_json, human_bytes, human_count, print_fields
+from .output import UsageProblem, emit_json, human_bytes, human_count, print_fields
 
 
 @click.command()
@@ -111,6 +116,10 @@ def restore(
 ) -> int:
     """Rebuild the latest value of every key of PATH as a table, with Arrow or Spark.
 
+    PATH is a log directory, or an archive URL (``s3://bucket/prefix``, docs/archive.md):
+    then the archive's newest manifest (with --as-of, the newest ending at or before it) is
+    restored into a temporary directory first.
+
     Takes a snapshot, reads it as the `compactlog` Spark data source does, writes OUTPUT
     atomically (a temporary directory renamed into place) with `_compactlog.json` in it
     (source, snapshot end offset, engine, rows, time taken). Running it again when the log
@@ -136,19 +145,20 @@ def restore(
         raise click.UsageError("--value-format json needs --schema DDL")
     if problem == "format":
         raise click.UsageError("--schema needs --value-format json")
-    result = run_restore(
-        log_dir(path),
-        output,
-        format=fmt,
-        as_of=as_of,
-        value_format=value_format,
-        value_schema=value_schema,
-        master=master,
-        partitions=partitions,
-        allow_inexact=allow_inexact,
-        progress=None if not as_json else False,
-        engine=engine,
-    )
+    with _local_copy(path, as_of, master) as directory:
+        result = run_restore(
+            directory,
+            output,
+            format=fmt,
+            as_of=as_of,
+            value_format=value_format,
+            value_schema=value_schema,
+            master=master,
+            partitions=partitions,
+            allow_inexact=allow_inexact,
+            progress=None if not as_json else False,
+            engine=engine,
+        )
     if as_json:
         emit_json(result.to_json())
         return 0
@@ -166,3 +176,27 @@ def restore(
         title=verb,
     )
     return 0
+
+
+@contextmanager
+def _local_copy(path: str, as_of: int | None, master: str | None) -> Iterator[str]:
+    """PATH as a local log directory: itself, or, for an archive URL (``s3://...``), the
+    archive's manifest (the newest, or with --as-of the newest ending at or before it)
+    restored into a temporary directory first (``compactlog archive restore``)."""
+    from compactlog.spark.archive_read import is_archive_url
+
+    if not is_archive_url(path):
+        yield log_dir(path)
+        return
+    if master is not None:
+        raise UsageProblem(
+            "a cluster reads an archive itself: spark.read.format('compactlog').load(URL) "
+            "(docs/spark.md); --master works with a local log"
+        )
+    from compactlog.archive import open_store
+    from compactlog.archive.restore import restore as restore_archive
+
+    with tempfile.TemporaryDirectory(prefix="compactlog-archive-") as scratch:
+        target = os.path.join(scratch, "log")
+        restore_archive(open_store(path), target, as_of_offset=as_of)
+        yield target

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "retention": "compactlog.cli.commands_maintenance:retention",
     "demo": "compactlog.cli.commands_demo:demo",
     "cleaner": "compactlog.cli.commands_cleaner:cleaner",
+    "archive": "compactlog.cli.commands_archive:archive",
     **{name: f"compactlog.cli.commands_spark:{name}" for name in ("snapshot", "restore")},
 }
 

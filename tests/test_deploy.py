@@ -246,7 +246,7 @@ def test_the_image_is_python_3_11_with_java_17_the_wheel_with_spark_and_a_non_ro
     assert bases and all(b.startswith("python:3.11") for b in bases)
     runs = " ".join(rest for word, rest in steps if word == "RUN")
     assert "openjdk-17-jre-headless" in runs
-    assert "pip wheel" in runs and '"${wheel}[spark]"' in runs
+    assert "pip wheel" in runs and '"${wheel}[spark,archive]"' in runs
     users = [rest for word, rest in steps if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     env = " ".join(rest for word, rest in steps if word == "ENV")

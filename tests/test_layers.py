@@ -37,6 +37,7 @@ RANKS = {
     "compactlog.table": 5,
     "compactlog": 6,  # the facade: Log, open, repair, the package's names
     "compactlog.spark": 7,  # applications
+    "compactlog.archive": 7,  # the archive in object storage (the service and Spark use it)
     "compactlog.cleaner": 7,
     "compactlog.cli": 8,  # the CLI also starts and inspects the cleaner service
     "compactlog.__main__": 8,  # python -m compactlog runs the CLI

@@ -32,6 +32,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,7 @@ class ReadPlan:
     keys: tuple[bytes, ...] | None
     partitions: list[Partition] = field(default_factory=list)
     dirty_keys: int = 0
+    archive: Any = None  # an archive in object storage (archive_read.ArchiveRead): tasks fetch
 
 
 # -- choosing what to read ------------------------------------------------------------
@@ -141,6 +143,10 @@ def _prune(root: str, now_ns: int, retention_minutes: int) -> None:
 
 def plan_read(options: ReadOptions) -> ReadPlan:
     """Resolve the snapshot, the offset range, the dirty-section map and the partitions."""
+    from .archive_read import is_archive_url
+
+    if is_archive_url(options.path):
+        return _plan_archive(options)
     directory, snapshot_end, cleaner_point = resolve_snapshot(options)
     bases = list_segments(directory)
     from ..storage.state_files import read_meta
@@ -186,6 +192,43 @@ def plan_read(options: ReadOptions) -> ReadPlan:
     return plan
 
 
+def _plan_archive(options: ReadOptions) -> ReadPlan:
+    """:func:`plan_read` for an archive URL (``archive_read.py``): the manifest is the
+    snapshot; the dirty section is fetched here for its map, everything else by the tasks."""
+    from .archive_read import choose, materialize, partitions
+
+    read, manifest = choose(options)
+    bases = [s.base for s in manifest.segments]
+    start = max(manifest.start_offset, bases[0] if bases else 0, options.start_offset or 0)
+    end = manifest.end_offset
+    if options.end_offset is not None:
+        end = min(end, options.end_offset)
+    end = max(end, start)
+    cleaner_point = min(manifest.cleaner_point, manifest.end_offset)
+    dirty_start = max(start, min(cleaner_point, end))
+    directory = materialize(read, dirty_start, end)
+    dirty_map = None
+    if not options.changelog and dirty_start < end:
+        dirty_map = build_dirty_map(directory, dirty_start, end)
+    dirty_keys = len(dirty_map) if dirty_map is not None else 0
+    plan = ReadPlan(
+        directory=directory,
+        source=options.path,
+        snapshot_end=manifest.end_offset,
+        cleaner_point=cleaner_point,
+        start=start,
+        end=end,
+        changelog=options.changelog,
+        dirty_start=dirty_start,
+        dirty=DirtyIndex(dirty_map, dirty_start, end) if dirty_keys else None,
+        keys=options.keys,
+        dirty_keys=dirty_keys,
+        archive=read,
+    )
+    plan.partitions = partitions(read, start, end, options.num_partitions)
+    return plan
+
+
 # -- reading one partition ------------------------------------------------------------
 
 
@@ -224,7 +267,12 @@ def read_partition(
     plan: ReadPlan, partition: Partition
 ) -> Iterator[tuple[Columns, np.ndarray | None]]:
     """The chunks of one partition with the mask of records to return."""
-    for columns in chunk_columns(iter_batches(plan.directory, partition.start, partition.end)):
+    directory = plan.directory
+    if plan.archive is not None:  # this task fetches its own segments (no shared disk)
+        from .archive_read import materialize
+
+        directory = materialize(plan.archive, partition.start, partition.end)
+    for columns in chunk_columns(iter_batches(directory, partition.start, partition.end)):
         keep = keep_mask(plan, columns)
         if keep is not None and not bool(keep.any()):
             continue

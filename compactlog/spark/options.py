@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError, closest, did_you_mean
 from ..storage.filenames import META
@@ -26,6 +27,7 @@ METADATA_DDL = "offset BIGINT, timestamp TIMESTAMP, headers MAP<STRING, BINARY>"
 OPTION_NAMES = (
     "mode",
     "asOfOffset",
+    "asOfTimestamp",
     "allowInexact",
     "startOffset",
     "endOffset",
@@ -86,6 +88,7 @@ class ReadOptions:
     mode: str = "latest"
     mode_given: bool = False  # mode was an option (a stream refuses an explicit latest)
     as_of: int | None = None
+    as_of_time_ms: int | None = None  # archives only: the manifest committed at or before
     allow_inexact: bool = False
     start_offset: int | None = None
     end_offset: int | None = None
@@ -273,6 +276,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         mode=mode,
         mode_given="mode" in options,
         as_of=_int(options, "asOfOffset"),
+        as_of_time_ms=_time_ms(options.get("asoftimestamp")),
         allow_inexact=_bool(options, "allowInexact", False),
         start_offset=start,
         end_offset=end,
@@ -284,6 +288,26 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         snapshot_dir=options.get("snapshotdir") or None,
         snapshot_retention_minutes=retention or DEFAULT_SNAPSHOT_RETENTION_MINUTES,
     )
+
+
+def _time_ms(raw: Any) -> int | None:
+    """``asOfTimestamp``: ms since the epoch, or an ISO 8601 time (no zone: UTC)."""
+    if raw is None or raw == "":
+        return None
+    text = str(raw).strip()
+    if text.isdigit():
+        return int(text)
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise ConfigError(
+            f"option asOfTimestamp must be ms since the epoch or ISO 8601, not {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 def schema_ddl(options: ReadOptions) -> str:

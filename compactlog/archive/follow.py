@@ -1,0 +1,189 @@
+"""A read-only local replica kept current from the archive (Litestream's read replicas).
+
+The replica is a log directory that no writer opens: ``compactlog.open(path,
+read_only=True)``, a ``Table``, a subscriber or ``compactlog dump`` read it on another
+machine. It has no ``.lock`` (so readers read each segment to the end of its valid data),
+and it changes only the ways a live log does: segments grow by whole batches, a rewritten
+segment is renamed over the old one before the segments it replaces are removed (the
+cleaner's swap order), small files are replaced atomically. A reader that meets a batch
+still being written sees a torn tail and stops there, as it would on the source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import local
+from . import manifest as manifests
+from .errors import ArchiveError
+from .manifest import Manifest, SegmentEntry
+from .pins import Pin
+from .restore import PART_SUFFIX, fetch_object, restore
+from .store import Store, now_ms
+
+STATE = ".archive-follow.json"  # which manifest the replica holds
+WRITER_FILES = (".lock", "clean_shutdown", ".writers.lock")
+
+
+@dataclass(slots=True)
+class FollowStatus:
+    sequence: int
+    end_offset: int
+    lag_ms: int  # now minus the applied manifest's commit time
+    changed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "end_offset": self.end_offset,
+            "lag_ms": self.lag_ms,
+            "changed": self.changed,
+        }
+
+
+class Follower:
+    """Keeps ``target`` equal to the archive's newest manifest, one :meth:`step` at a time."""
+
+    def __init__(self, store: Store, target: str) -> None:
+        self.store = store
+        self.target = os.path.abspath(target)
+        self.applied: Manifest | None = None
+
+    def _state(self) -> int | None:
+        try:
+            with open(os.path.join(self.target, STATE), "rb") as handle:
+                document = json.loads(handle.read())
+        except FileNotFoundError:
+            return None
+        if document.get("url") != self.store.url:
+            raise ArchiveError(
+                f"is a replica of another archive ({document.get('url')})", path=self.target
+            )
+        return int(document["sequence"])
+
+    def step(self) -> FollowStatus:
+        """Bring the replica to the newest manifest (a restore the first time)."""
+        if self.applied is None:
+            sequence = self._state()
+            if sequence is None:
+                result = restore(self.store, self.target)
+                sequence = result.sequence
+                for name in WRITER_FILES:
+                    try:
+                        os.unlink(os.path.join(self.target, name))
+                    except FileNotFoundError:
+                        pass
+                self._save(sequence)
+            self.applied = manifests.load(self.store, sequence)
+        newest = manifests.sequences(self.store)
+        changed = False
+        if newest and newest[-1] > self.applied.sequence:
+            with Pin(self.store, newest[-1]) as pin:
+                try:
+                    target = manifests.load(self.store, pin.sequence)
+                except ArchiveError:
+                    target = None  # pruned under us: the next step takes the newer one
+                if target is not None:
+                    self._apply(self.applied, target)
+                    self._save(target.sequence)
+                    self.applied = target
+                    changed = True
+        return FollowStatus(
+            self.applied.sequence,
+            self.applied.end_offset,
+            max(now_ms() - self.applied.time_ms, 0),
+            changed,
+        )
+
+    def _save(self, sequence: int) -> None:
+        body = json.dumps({"url": self.store.url, "sequence": sequence}).encode()
+        local.write_small_file(self.target, STATE, body)
+
+    def _apply(self, old: Manifest, new: Manifest) -> None:
+        """Grown segments get their new objects written in place; new or rewritten ones
+        are fetched to ``.part`` and renamed over; then segments no longer named go, then
+        ``cleaner.checkpoint`` and ``meta``. Each step is idempotent, so a follower killed
+        half-way redoes it."""
+        before = {s.base: s for s in old.segments}
+        for entry in new.segments:
+            previous = before.get(entry.base)
+            if previous is not None and previous.objects == entry.objects:
+                continue
+            path = os.path.join(self.target, local.segment_file_name(entry.base))
+            if (
+                previous is not None
+                and entry.objects[: len(previous.objects)] == previous.objects
+                and os.path.exists(path)
+            ):
+                self._write(path, entry, entry.objects[len(previous.objects) :], os.O_WRONLY)
+            else:
+                part = path + PART_SUFFIX
+                self._write(part, entry, entry.objects, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                _remove(os.path.join(self.target, local.index_file_name(entry.base)))
+                os.rename(part, path)
+        local.fsync_directory(self.target)
+        kept = {s.base for s in new.segments}
+        for base in sorted(set(before) - kept):
+            _remove(os.path.join(self.target, local.segment_file_name(base)))
+            _remove(os.path.join(self.target, local.index_file_name(base)))
+        if new.cleaner is not None:
+            local.write_small_file(
+                self.target, local.CLEANER_FILE, json.dumps(new.cleaner, sort_keys=True).encode()
+            )
+        local.write_small_file(
+            self.target, local.META_FILE, json.dumps(new.meta, indent=1, sort_keys=True).encode()
+        )
+
+    def _write(self, path: str, entry: SegmentEntry, refs: Any, flags: int) -> None:
+        fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        try:
+            for ref in refs:
+                data = memoryview(fetch_object(self.store, ref))
+                position = ref.start
+                while data:
+                    written = os.pwrite(fd, data, position)
+                    data, position = data[written:], position + written
+            os.ftruncate(fd, entry.size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def follow(
+    store: Store,
+    target: str,
+    *,
+    interval_s: float = 1.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    report: Callable[[FollowStatus], None] | None = None,
+) -> FollowStatus:
+    """Run :meth:`Follower.step` every ``interval_s`` until ``should_stop()``."""
+    follower = Follower(store, target)
+    status = follower.step()
+    if report is not None:
+        report(status)
+    while not should_stop():
+        deadline = time.monotonic() + interval_s
+        while time.monotonic() < deadline and not should_stop():
+            time.sleep(min(0.05, interval_s))
+        if should_stop():
+            break
+        status = follower.step()
+        if report is not None and status.changed:
+            report(status)
+    return status
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = ["FollowStatus", "Follower", "follow"]

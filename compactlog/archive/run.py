@@ -1,0 +1,161 @@
+"""``compactlog archive run``: archive a log continuously, in the foreground.
+
+Every ``interval`` one round (``push.Archiver.push``); after a commit, retention
+(``prune.prune``) at most every ``PRUNE_EVERY_S`` (every commit with ``retention=0``).
+A failed round (network, 5xx, timeouts, credentials) is retried with exponential backoff
+up to ``MAX_BACKOFF_S``, and counted; nothing half-done is ever committed. A round that
+finds the cleaner lock taken (a cleaning pass is running) waits for the next tick. A stop
+request (SIGTERM, SIGINT) lets the round in flight finish and commit, releases the lease and
+returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LogLockedError
+from .errors import ArchiveError, LeaseHeldError, LeaseLostError
+from .manifest import Manifest
+from .prune import prune
+from .push import Archiver, PushResult
+from .store import Store, now_ms
+
+PRUNE_EVERY_S = 30.0
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What the loop reports (and the cleaner service's metrics read)."""
+
+    rounds: int = 0
+    commits: int = 0
+    failures: int = 0
+    objects: int = 0
+    bytes: int = 0
+    last_commit_ms: int | None = None
+    end_offset: int = 0
+    lag_records: int = 0
+    last_error: str | None = None
+    pruned_objects: int = 0
+    caught_up_ms: int | None = None  # when a round last held everything durable then
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def lag_seconds(self, now: int | None = None) -> float:
+        """Seconds since the archive last held everything durable in the log (the end of
+        the last successful round; since the start when none succeeded yet)."""
+        since = self.caught_up_ms if self.caught_up_ms is not None else self.extra.get("started_ms")
+        return max(((now or now_ms()) - int(since or now_ms())) / 1000, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "commits": self.commits,
+            "failures": self.failures,
+            "objects": self.objects,
+            "bytes": self.bytes,
+            "last_commit_ms": self.last_commit_ms,
+            "end_offset": self.end_offset,
+            "lag_records": self.lag_records,
+            "last_error": self.last_error,
+            "pruned_objects": self.pruned_objects,
+            "lag_seconds": round(self.lag_seconds(), 3),
+        }
+
+
+def run(
+    log_path: str,
+    store: Store,
+    *,
+    interval_s: float = 1.0,
+    retention_ms: int | None = 7 * 86_400_000,
+    should_stop: Callable[[], bool] = lambda: False,
+    report: Callable[[str, dict[str, Any]], None] | None = None,
+    max_rounds: int | None = None,
+    stats: RunStats | None = None,
+) -> RunStats:
+    """Archive ``log_path`` into ``store`` until ``should_stop()`` (or ``max_rounds``);
+    ``stats`` (updated after every round) lets a caller watch it run."""
+    import compactlog
+
+    stats = RunStats() if stats is None else stats
+    stats.extra.setdefault("started_ms", now_ms())
+    log = compactlog.open(log_path, create=False, read_only=True)
+    archiver = Archiver(log, store)
+    cache: dict[int, Manifest] = {}
+    try:
+        archiver.start()
+        backoff = 0.0
+        last_prune = float("-inf")
+        while True:
+            stats.rounds += 1
+            try:
+                result = archiver.push()
+            except (LeaseLostError, LeaseHeldError):
+                raise
+            except LogLockedError:
+                result = None  # a cleaning pass holds the lock: next tick
+            except (ArchiveError, OSError) as error:
+                stats.failures += 1
+                stats.last_error = str(error)
+                backoff = min(max(backoff * 2, interval_s, 0.1), MAX_BACKOFF_S)
+                if report is not None:
+                    report("failure", {"error": str(error), "retry_in_s": backoff})
+            else:
+                backoff = 0.0
+                _account(stats, result)
+                if result.manifest is not None and report is not None:
+                    report("commit", result.to_json())
+                if result.manifest is not None and retention_ms is not None:
+                    due = retention_ms == 0 or time.monotonic() - last_prune >= PRUNE_EVERY_S
+                    if due:
+                        try:
+                            pruned = prune(store, retention_ms, cache=cache)
+                            stats.pruned_objects += pruned.objects_deleted
+                            last_prune = time.monotonic()
+                            if report is not None and (
+                                pruned.objects_deleted or pruned.manifests_deleted
+                            ):
+                                report("prune", pruned.to_json())
+                        except ArchiveError as error:
+                            stats.failures += 1
+                            stats.last_error = str(error)
+            if should_stop() or (max_rounds is not None and stats.rounds >= max_rounds):
+                break
+            deadline = time.monotonic() + (backoff or interval_s)
+            while not should_stop() and time.monotonic() < deadline:
+                time.sleep(min(0.05, max(interval_s, 0.001)))
+            if should_stop():
+                # one last round, so that what became durable meanwhile is committed
+                try:
+                    result = archiver.push()
+                    _account(stats, result)
+                    if result.manifest is not None and report is not None:
+                        report("commit", result.to_json())
+                except (ArchiveError, OSError, LogLockedError) as error:
+                    stats.failures += 1
+                    stats.last_error = str(error)
+                break
+    finally:
+        archiver.stop()
+        log.close()
+    return stats
+
+
+def _account(stats: RunStats, result: PushResult | None) -> None:
+    if result is None:
+        return
+    stats.objects += result.objects
+    stats.bytes += result.bytes
+    stats.end_offset = result.end_offset
+    stats.lag_records = result.lag_records
+    stats.caught_up_ms = now_ms()
+    if result.manifest is not None:
+        stats.commits += 1
+        stats.last_commit_ms = now_ms()
+
+
+__all__ = ["RunStats", "run"]
