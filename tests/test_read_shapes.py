@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import segment
 from compactlog.encoding.batch_decode import Record
 from compactlog.log import Log
+from compactlog.storage import segment
 from compactlog.table.table import Table
 
 CHUNK = 256  # the read chunk in these tests: batches and their headers straddle it

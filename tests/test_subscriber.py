@@ -704,7 +704,9 @@ def test_subscriber_is_usable_as_a_context_manager(log_dir):
 def test_polling_a_large_batch_a_little_at_a_time_decodes_it_once(log_dir, monkeypatch):
     """Issue 24: ``poll(1000)`` over one 100,000-record batch decoded the whole batch on
     every call (quadratic); the subscriber now keeps the decoded rest for its next polls."""
-    from compactlog import batch_decode, segment, subscriber
+    from compactlog.encoding import batch_decode
+    from compactlog.engine import subscriber
+    from compactlog.storage import segment
 
     decodes = []
     original = batch_decode.decode_batch

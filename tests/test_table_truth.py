@@ -13,10 +13,10 @@ import shutil
 import pytest
 
 import compactlog
-from compactlog import filenames
 from compactlog.compaction.cleaner import clean_log
 from compactlog.engine.latest import latest_dict
 from compactlog.errors import ForeignTableStateError, TableStateCorruptError
+from compactlog.storage import filenames
 from compactlog.storage.fsio import FileSystem
 from compactlog.storage.state_files import read_cleaner_state, read_meta
 from compactlog.table.table import Table
