@@ -244,9 +244,9 @@ def _columns_of(values):
     encoded = encode_batch([b"k%d" % i for i in range(len(values))], values, 1_000)
     data = encoded.to_bytes(0)
     header, _ = read_batch_header(data, 0, len(data))
-    from compactlog.arrow.convert import concat_batches
+    from compactlog.encoding.batch_decode import concat_columns
 
-    return concat_batches([decode_batch(data, 0, header)])
+    return concat_columns([decode_batch(data, 0, header)])
 
 
 def test_json_values_become_columns_and_tombstones_null_fields():
