@@ -143,7 +143,7 @@ class ControlDataSource(DataSource):
         return CONTROL_NAME
 
     def schema(self) -> str:
-        from compactlog.spark.options import parse_options, schema_ddl
+        from compactlog.restore.options import parse_options, schema_ddl
 
         return schema_ddl(parse_options({"path": "-", "mode": "changelog"}))
 

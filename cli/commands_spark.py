@@ -137,7 +137,7 @@ def restore(
           --schema 'name STRING, balance DOUBLE' --as-of 1000000
       compactlog restore ./log --to ./out --engine spark --master spark://host:7077
     """
-    from compactlog.spark.options import json_schema_problem
+    from compactlog.restore.options import json_schema_problem
     from compactlog.spark.restore import restore as run_restore
 
     problem = json_schema_problem(value_format, value_schema)

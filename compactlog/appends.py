@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from time import time_ns
 from typing import TYPE_CHECKING, Any
 
-from .encoding.batch_encode import EncodedBatch, encode_batch, encode_within_segment
+from .encoding.batch_encode import EncodedBatch, OneRecord, encode_batch, encode_within_segment
 from .encoding.format import CODECS, encode_headers
 from .errors import CompactLogError, InvalidRecordError, RecordTooLargeError
 
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .encoding.serde import Serde
     from .engine.writer import SegmentWriter
     from .storage.state_files import Meta
+
+_new_tuple = tuple.__new__
 
 
 class LogAppends:
@@ -82,20 +84,16 @@ class LogAppends:
         if not headers and writer.plain_single and config.compression == "none":
             return writer.append_record(key, value, timestamp, b"")
         header_block = _encode_headers(headers, self.directory) if headers else b""
-        if writer.linger is not None:
-            return writer.append_linger(key, value, timestamp, dict(headers) if headers else None)
-        if writer.precommit is not None and config.precommit_bytes > 0:
-            offset = writer.append_precommit(
-                key,
-                value,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-                timestamp,
-                header_block,
-                dict(headers) if headers else None,
-            )
-            if offset >= 0:
-                return offset
+        if writer.linger is not None or writer.precommit is not None:
+            # (made as ``batch_decode`` makes a ``Record``: a NamedTuple's own ``__new__`` is a
+            # Python frame, a measurable part of a precommit append)
+            record = _new_tuple(OneRecord, (key, value, timestamp, header_block))
+            if writer.linger is not None:
+                return writer.append_linger(record)
+            if config.precommit_bytes > 0:
+                offset = writer.append_precommit(record)
+                if offset >= 0:
+                    return offset
         if config.compression == "none":
             return writer.append_record(key, value, timestamp, header_block)
         return self._append_columns([key], [value], timestamp, [headers] if headers else None).start

@@ -36,6 +36,7 @@ RANKS = {
     "compactlog.arrow": 4,
     "compactlog.table": 5,
     "compactlog": 6,  # the facade: Log, open, repair, the package's names
+    "compactlog.restore": 6,  # bulk reads without Spark: planning, the Arrow restore engine
     "compactlog.spark": 7,  # applications
     "compactlog.archive": 7,  # the archive in object storage (the service and Spark use it)
     "compactlog.cleaner": 7,

@@ -153,3 +153,43 @@ def test_a_death_in_a_segment_roll_during_materializing_keeps_the_pending_entrie
     with compactlog.open(log_dir) as log:
         assert keys(log)[3:] == [b"k%d" % i for i in range(10)]
         assert len(list_segments(str(log_dir))) >= 2
+
+
+DIE_WITH_HEADERS = textwrap.dedent(
+    """
+    import os, signal, sys
+    import compactlog
+    log = compactlog.open(sys.argv[1], precommit_bytes=8192, sync="os",
+                          sync_interval_ms=3_600_000)
+    for i in range(6):
+        log.append(b"k%d" % i, None if i == 4 else b"v",
+                   headers={"n": b"%d" % i} if i % 2 else None)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.parametrize("path", ["precommit", "precommit, killed", "linger"])
+def test_headers_of_buffered_single_appends_come_back_as_appended(log_dir, path):
+    """Records with and without headers (and a tombstone) through each buffered path: the
+    precommit buffer's own entries, its entries parsed from the file of a killed process,
+    and the linger buffer. They carry the encoded headers (``OneRecord``) to the batch."""
+    expected = [
+        (b"k%d" % i, None if i == 4 else b"v", {"n": b"%d" % i} if i % 2 else None)
+        for i in range(6)
+    ]
+    if path == "precommit, killed":
+        child = subprocess.run(
+            [sys.executable, "-c", DIE_WITH_HEADERS, str(log_dir)],
+            capture_output=True,
+            timeout=30,
+        )
+        assert child.returncode == -9, child.stderr.decode()
+    else:
+        settings = PRECOMMIT if path == "precommit" else {"linger_ms": 60_000}
+        with compactlog.open(log_dir, **settings) as log:
+            for key, value, headers in expected:
+                log.append(key, value, headers=headers)
+            log.flush()
+    with compactlog.open(log_dir) as log:
+        assert [(r.key, r.value, r.headers) for r in log.read()] == expected

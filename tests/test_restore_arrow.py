@@ -18,11 +18,11 @@ import pytest
 
 import compactlog
 from compactlog.errors import ConfigError
-from compactlog.spark import restore_arrow
-from compactlog.spark.batch import InexactReadError
-from compactlog.spark.ddl import DdlError, arrow_schema
+from compactlog.restore import arrow_restore
+from compactlog.restore.arrow_restore import base64_array
+from compactlog.restore.ddl import DdlError, arrow_schema
+from compactlog.restore.plan import InexactReadError
 from compactlog.spark.restore import RESULT_FILE, choose_engine, restore
-from compactlog.spark.restore_arrow import base64_array
 
 from .spark.test_spark_source import build_log, model
 
@@ -83,15 +83,15 @@ def test_a_failed_write_leaves_the_old_table_and_no_temporary_directory(tmp_path
     restore(tmp_path / "log", out, engine="arrow")
     with compactlog.open(tmp_path / "log") as log:
         log.append(b"new-key", b"new-value")
-    real = restore_arrow.csv_ready
+    real = arrow_restore.csv_ready
 
     def half_written(batch):
         raise OSError("disk full")
 
-    monkeypatch.setattr(restore_arrow, "csv_ready", half_written)
+    monkeypatch.setattr(arrow_restore, "csv_ready", half_written)
     with pytest.raises(OSError, match="disk full"):
         restore(tmp_path / "log", out, engine="arrow", format="csv")
-    monkeypatch.setattr(restore_arrow, "csv_ready", real)
+    monkeypatch.setattr(arrow_restore, "csv_ready", real)
     assert parquet_state(out) == model(ops)  # the old table, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "table"]
 
@@ -221,8 +221,8 @@ def test_ddl_schemas_map_to_the_arrow_types_spark_uses():
 
 
 def test_every_type_the_arrow_engine_maps_is_a_spark_type():
-    from compactlog.spark.ddl import PRIMITIVES
-    from compactlog.spark.options import SPARK_TYPES
+    from compactlog.restore.ddl import PRIMITIVES
+    from compactlog.restore.options import SPARK_TYPES
 
     assert set(PRIMITIVES) <= set(SPARK_TYPES)
 
@@ -289,3 +289,42 @@ def test_restore_reads_values_as_the_log_declares_them(tmp_path):
         log.append(b"a", b"\xff")
     with pytest.raises(ConfigError, match="value_schema needs value_format='json'"):
         restore(tmp_path / "raw", tmp_path / "raw-out", engine="arrow", value_schema="id INT")
+
+
+NO_PYSPARK = """
+import sys, importlib.abc
+
+class NoSpark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pyspark" or name.startswith(("pyspark.", "py4j")):
+            raise ImportError("blocked: " + name)
+        return None
+
+sys.meta_path.insert(0, NoSpark())
+import compactlog
+from compactlog.restore.arrow_restore import write_arrow_table
+from compactlog.restore.options import ReadOptions
+
+with compactlog.open(sys.argv[1]) as log:
+    for i in range(100):
+        log.append(b"k%d" % (i % 10), b"v%d" % i)
+rows = write_arrow_table(ReadOptions(path=sys.argv[1]), sys.argv[2], "parquet")
+assert rows == 10, rows
+spark = [m for m in sys.modules if m.startswith(("pyspark", "py4j", "compactlog.spark"))]
+assert not spark, spark
+print("ok")
+"""
+
+
+def test_the_arrow_engine_runs_with_pyspark_imports_blocked(tmp_path):
+    """The Arrow engine lives below ``spark/`` and imports nothing of Spark (issue 25)."""
+    out = tmp_path / "out"
+    child = subprocess.run(
+        [sys.executable, "-c", NO_PYSPARK, str(tmp_path / "log"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "ok"
+    assert len(pq.read_table(out / "part-00000.parquet")) == 10

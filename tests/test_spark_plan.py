@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 import compactlog
 from compactlog.arrow.convert import Layout, ValueDecodeError, to_arrow
 from compactlog.errors import ConfigError
-from compactlog.spark.batch import (
+from compactlog.restore.options import parse_options
+from compactlog.restore.plan import (
     IMPLICIT_SNAPSHOTS,
     InexactReadError,
     plan_read,
     read_partition,
     resolve_snapshot,
 )
-from compactlog.spark.options import parse_options
 
 BINARY_LAYOUT = pa.schema(
     [
@@ -244,9 +244,9 @@ def _columns_of(values):
     encoded = encode_batch([b"k%d" % i for i in range(len(values))], values, 1_000)
     data = encoded.to_bytes(0)
     header, _ = read_batch_header(data, 0, len(data))
-    from compactlog.arrow.convert import concat_batches
+    from compactlog.encoding.batch_decode import concat_columns
 
-    return concat_batches([decode_batch(data, 0, header)])
+    return concat_columns([decode_batch(data, 0, header)])
 
 
 def test_json_values_become_columns_and_tombstones_null_fields():
@@ -282,7 +282,7 @@ def test_undecodable_values_fail_with_the_offsets_named():
 def test_the_core_library_and_the_planner_import_without_pyspark():
     code = (
         "import sys; sys.modules['pyspark'] = None\n"
-        "import compactlog, compactlog.spark, compactlog.spark.batch, compactlog.spark.restore\n"
+        "import compactlog, compactlog.spark, compactlog.restore.plan, compactlog.spark.restore\n"
         "assert callable(compactlog.spark.register)\n"
         "print('ok')\n"
     )
@@ -316,7 +316,7 @@ def test_keyless_records_of_a_delete_policy_log(tmp_path):
 def test_tail_keys_that_only_collide_in_the_dirty_filter_are_kept(tmp_path, monkeypatch):
     """The dirty section's bit filter may say "maybe" for a tail key that is not there; the
     exact lookup behind it decides. A filter of 8 bits makes nearly every key collide."""
-    from compactlog.spark.batch import DirtyIndex
+    from compactlog.restore.plan import DirtyIndex
 
     monkeypatch.setattr(DirtyIndex, "MIN_FILTER_BITS", 8)
     monkeypatch.setattr(DirtyIndex, "FILTER_BITS_PER_KEY", 0)

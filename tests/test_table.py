@@ -334,7 +334,7 @@ def test_a_cleaning_pass_and_retention_during_the_restore_change_nothing(tmp_pat
 def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
     import logging
 
-    from compactlog.table import table as table_module
+    from compactlog.table import table_part as table_module
 
     monkeypatch.setattr(table_module, "PROGRESS_EVERY_S", 0.0)
     with compactlog.open(tmp_path / "log") as log:

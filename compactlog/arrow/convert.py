@@ -3,7 +3,7 @@
 A :class:`~compactlog.encoding.batch_decode.RecordBatch` already holds its records as numpy length
 columns and byte blobs; Arrow's ``binary`` layout is a validity bitmap, ``int32`` end
 offsets and one data buffer. So a chunk of batches becomes Arrow by concatenating the
-columns (:func:`concat_batches`: a handful of numpy calls and one ``bytes.join`` per blob;
+columns (``batch_decode.concat_columns``: a handful of numpy calls and one ``bytes.join`` per blob;
 a large batch is a chunk of its own and is not copied at all) and wrapping the blobs as
 Arrow buffers (:func:`binary_array`: a cumulative sum, no copy). The Arrow arrays may so
 share a closed segment's mapping (``segment.SegmentReader``): it stays mapped while they
@@ -20,13 +20,13 @@ type Spark derives from its read schema (``binary`` not ``large_binary``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from ..encoding.batch_decode import RecordBatch, concat_columns
+from ..encoding.batch_decode import Columns, RecordBatch, concat_columns
 from ..encoding.format import decode_headers
 from ..errors import ValueDecodeError
 
@@ -49,42 +49,6 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
-@dataclass(slots=True)
-class Columns:
-    """Several batches' columns laid end to end (the unit converted to one Arrow batch)."""
-
-    offsets: np.ndarray
-    timestamps: np.ndarray
-    key_lengths: np.ndarray
-    value_lengths: np.ndarray
-    keys_blob: bytes | memoryview
-    values_blob: bytes | memoryview
-    header_lengths: np.ndarray | None
-    headers_blob: bytes | memoryview | None
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-
-def concat_batches(batches: Sequence[RecordBatch]) -> Columns:
-    """One :class:`Columns` holding every record of ``batches``, in order (they may come
-    from several segments: only the columns are joined, no batch header is made). One
-    batch's columns are taken as they are, views included."""
-    if len(batches) == 1:
-        b = batches[0]
-        return Columns(
-            b.offsets,
-            b.timestamps,
-            b.key_lengths,
-            b.value_lengths,
-            b.keys_blob,
-            b.values_blob,
-            b.header_lengths,
-            b.headers_blob,
-        )
-    return Columns(*concat_columns(batches))
-
-
 def chunk_columns(batches: Iterable[RecordBatch]) -> Iterator[Columns]:
     """``batches`` as :class:`Columns` of about :data:`CHUNK_RECORDS` records or
     :data:`CHUNK_BYTES` bytes each (the unit converted to one Arrow batch); a batch of
@@ -95,18 +59,18 @@ def chunk_columns(batches: Iterable[RecordBatch]) -> Iterator[Columns]:
         batch_size = len(batch.keys_blob) + len(batch.values_blob)
         if len(batch) >= ALONE_RECORDS or batch_size >= ALONE_BYTES:
             if pending:
-                yield concat_batches(pending)
+                yield concat_columns(pending)
                 pending, records, size = [], 0, 0
-            yield concat_batches([batch])
+            yield concat_columns([batch])
             continue
         pending.append(batch)
         records += len(batch)
         size += batch_size
         if records >= CHUNK_RECORDS or size >= CHUNK_BYTES:
-            yield concat_batches(pending)
+            yield concat_columns(pending)
             pending, records, size = [], 0, 0
     if pending:
-        yield concat_batches(pending)
+        yield concat_columns(pending)
 
 
 def binary_array(
@@ -358,11 +322,9 @@ __all__ = [
     "HEADERS_TYPE",
     "METADATA_COLUMNS",
     "RECORD_SCHEMA",
-    "Columns",
     "Layout",
     "ValueDecodeError",
     "binary_array",
     "chunk_columns",
-    "concat_batches",
     "to_arrow",
 ]

@@ -419,7 +419,7 @@ def _build_map(
             meter,
         )
         for window in windows:
-            cols = _Columns(window)
+            cols = _WindowKeys(window)
             offsets = cols.offsets
             mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
             hi, lo = cols.digests()
@@ -477,8 +477,11 @@ def _windows(
         yield window
 
 
-class _Columns:
-    """The columns of a window of batches, concatenated."""
+class _WindowKeys:
+    """What deciding a window of batches reads: its offsets, key and value lengths joined,
+    and the keys' digests on demand (of a prefix after an abort). Not
+    ``batch_decode.Columns``: joining the values blob and the timestamps here would copy
+    what the decision never reads."""
 
     def __init__(self, window: list[RecordBatch]) -> None:
         self.window = window
@@ -571,7 +574,7 @@ def _clean_window(
     """Decide the fate of every record of a window at once, then copy, re-encode or drop
     each batch."""
     stats = ctx.stats
-    cols = _Columns(window)
+    cols = _WindowKeys(window)
     offsets = cols.offsets
     drop = _superseded(cols, ctx)
     tombstone = cols.value_lengths < 0
@@ -636,7 +639,7 @@ def _clean_window(
         ctx.throttle.account(size)
 
 
-def _superseded(cols: _Columns, ctx: _Context) -> np.ndarray:
+def _superseded(cols: _WindowKeys, ctx: _Context) -> np.ndarray:
     """Which records of a window have a later record of their key in the map.
 
     Records of the dirty section covered by the map (``[first_dirty, map_end)``) were all

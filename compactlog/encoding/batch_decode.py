@@ -371,22 +371,42 @@ def _decode_one(body: bytes | memoryview, pos: int, header: BatchHeader) -> Reco
     )
 
 
-def concat_columns(
-    batches: Sequence[RecordBatch],
-) -> tuple[
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    bytes,
-    bytes,
-    np.ndarray | None,
-    bytes | None,
-]:
-    """The columns of ``batches`` joined in order: offsets, timestamps, key lengths, value
-    lengths, keys blob, values blob, header lengths and headers blob (``None`` when no batch
-    has headers). Blobs come back as ``bytes``; one batch's arrays are returned as they are.
-    Used by :func:`concat_batches` and by consumers that need only the columns (Spark)."""
+@dataclass(slots=True)
+class Columns:
+    """The columns of one or more batches laid end to end, without a batch header: what a
+    consumer of records in bulk needs (Arrow, Spark). :class:`RecordBatch` holds the same
+    columns for one batch (or run)."""
+
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    keys_blob: bytes | memoryview
+    values_blob: bytes | memoryview
+    header_lengths: np.ndarray | None
+    headers_blob: bytes | memoryview | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def concat_columns(batches: Sequence[RecordBatch]) -> Columns:
+    """The columns of ``batches`` joined in order (they may come from several segments);
+    the header columns are ``None`` when no batch has headers. One batch's columns are
+    taken as they are, views included; joined blobs are ``bytes``. Used by
+    :func:`concat_batches` and by consumers that need only the columns (Arrow, Spark)."""
+    if len(batches) == 1:
+        b = batches[0]
+        return Columns(
+            b.offsets,
+            b.timestamps,
+            b.key_lengths,
+            b.value_lengths,
+            b.keys_blob,
+            b.values_blob,
+            b.header_lengths,
+            b.headers_blob,
+        )
     with_headers = any(b.header_lengths is not None for b in batches)
     header_lengths = headers_blob = None
     if with_headers:
@@ -402,7 +422,7 @@ def concat_columns(
         arrays = [getattr(b, name) for b in batches]
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
-    return (
+    return Columns(
         column("offsets"),
         column("timestamps"),
         column("key_lengths"),
@@ -434,10 +454,18 @@ def concat_batches(batches: Sequence[RecordBatch]) -> RecordBatch:
         max(b.header.max_ts for b in batches),
         0,
     )
+    c = concat_columns(batches)
     return RecordBatch(
         header,
         first.position,
-        *concat_columns(batches),
+        c.offsets,
+        c.timestamps,
+        c.key_lengths,
+        c.value_lengths,
+        c.keys_blob,
+        c.values_blob,
+        c.header_lengths,
+        c.headers_blob,
         sum(b.stored_batches for b in batches),
     )
 

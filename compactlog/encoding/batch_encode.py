@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -93,12 +93,24 @@ class EncodedBatch:
         return self.header(base_offset) + self.body
 
 
+class OneRecord(NamedTuple):
+    """One checked record on the writer's buffered paths (linger, precommit): key and
+    value (``None``: absent), its timestamp, and its headers as the encoded block
+    (``format.encode_headers``, ``b""`` for none), encoded once at the door."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: bytes
+
+
 def encode_batch(
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     timestamps: int | Sequence[int],
     *,
     headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    header_blocks: Sequence[bytes] | None = None,
     offset_deltas: np.ndarray | None = None,
     last_delta: int | None = None,
     codec: int = CODEC_NONE,
@@ -108,8 +120,9 @@ def encode_batch(
     """Encode one batch body. Keys and values must already be bytes-like or ``None``.
 
     ``timestamps`` is one int shared by all records (the common case: no column stored) or
-    one per record. ``offset_deltas`` is given only when rewriting a batch that lost
-    records; fresh batches have contiguous offsets and store no delta column.
+    one per record. ``header_blocks`` are the headers already encoded (``OneRecord``'s),
+    given instead of ``headers``. ``offset_deltas`` is given only when rewriting a batch
+    that lost records; fresh batches have contiguous offsets and store no delta column.
     """
     count = len(keys)
     if count == 1 and isinstance(timestamps, int) and offset_deltas is None and last_delta is None:
@@ -117,7 +130,7 @@ def encode_batch(
             keys[0],
             values[0],
             timestamps,
-            headers[0] if headers else None,
+            header_blocks[0] if header_blocks else _header_block(headers[0] if headers else None),
             codec,
             level,
             allow_none_keys,
@@ -139,7 +152,10 @@ def encode_batch(
         validate_column(values, "value", allow_none=True)
         value_parts = [v for v in values if v is not None]
         value_lengths = _lengths_with_none(values, count)
-    header_lengths, header_parts = encode_header_column(headers)
+    if header_blocks is None:
+        header_lengths, header_parts = encode_header_column(headers)
+    else:
+        header_lengths, header_parts = block_column(header_blocks)
     try:
         return encode_columns(
             key_lengths,
@@ -168,8 +184,18 @@ def encode_header_column(
     has headers (the batch then stores no headers column, flag bit 0 clear)."""
     if headers is None or not any(headers):
         return None, []
-    parts = [encode_headers(h) if h else b"" for h in headers]
-    return np.fromiter(map(len, parts), dtype=np.int32, count=len(parts)), parts
+    return block_column([_header_block(h) for h in headers])
+
+
+def block_column(blocks: Sequence[bytes]) -> tuple[np.ndarray | None, list[bytes]]:
+    """:func:`encode_header_column` of headers already encoded (``b""``: none)."""
+    if not any(blocks):
+        return None, []
+    return np.fromiter(map(len, blocks), dtype=np.int32, count=len(blocks)), list(blocks)
+
+
+def _header_block(headers: Mapping[str, bytes] | None) -> bytes:
+    return encode_headers(headers) if headers else b""
 
 
 def encode_columns(
@@ -258,7 +284,7 @@ def _encode_one(
     key: Any,
     value: Any,
     timestamp: int,
-    headers: Mapping[str, bytes] | None,
+    header_block: bytes,
     codec: int,
     level: int,
     allow_none_keys: bool,
@@ -269,7 +295,7 @@ def _encode_one(
         validate_column([key], "key", allow_none=allow_none_keys)
     if not (value is None or isinstance(value, _BYTES_LIKE)):
         validate_column([value], "value", allow_none=True)
-    body, flags = _one_body(key, value, encode_headers(headers) if headers else b"")
+    body, flags = _one_body(key, value, header_block)
     body_length = len(body)
     if codec == CODEC_ZSTD:
         body = zstd_compress(body, level)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from ..config import LogConfig
-from ..encoding.batch_encode import EncodedBatch, encode_batch, split_points
+from ..encoding.batch_encode import EncodedBatch, OneRecord, encode_batch, split_points
 from ..encoding.format import BATCH_HEADER
 
 
@@ -42,7 +42,7 @@ class LingerBuffer:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
-        self.headers: list[Mapping[str, bytes] | None] = []
+        self.headers: list[bytes] = []  # encoded blocks (``b""``: none)
 
     @property
     def count(self) -> int:
@@ -52,14 +52,9 @@ class LingerBuffer:
         self.first_offset = first_offset
         self.started = now
 
-    def append(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Mapping[str, bytes] | None,
-    ) -> int:
+    def append(self, record: OneRecord) -> int:
         """Buffer one record; returns its offset."""
+        key, value, timestamp, headers = record
         keys = self.keys
         offset = self.first_offset + len(keys)
         keys.append(key)
@@ -108,13 +103,7 @@ class LingerAppends:
     _sync_always: bool
     _kick: threading.Event
 
-    def append_linger(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: dict[str, bytes] | None,
-    ) -> int:
+    def append_linger(self, record: OneRecord) -> int:
         """Buffer one checked record in memory (``linger.py``); returns its offset.
 
         The first buffered record takes the writers' lock, kept until the buffer is
@@ -134,10 +123,10 @@ class LingerAppends:
                 except OSError as error:
                     raise self._refusal(error) from error
                 buffer.start(self.end_offset, time.monotonic())
-                offset = buffer.append(key, value, timestamp, headers)
+                offset = buffer.append(record)
                 self._kick.set()  # the interval thread sleeps while the buffer is empty
             else:
-                offset = buffer.append(key, value, timestamp, headers)
+                offset = buffer.append(record)
             if buffer.count >= self.config.batch_records or buffer.byte_count >= (
                 self.config.segment_bytes // 2
             ):
@@ -198,7 +187,7 @@ class LingerAppends:
         keys: list[bytes | None],
         values: list[bytes | None],
         timestamps: list[int],
-        headers: list[dict[str, bytes] | None] | None,
+        header_blocks: list[bytes] | None,
         raw_bytes: int,
     ) -> Iterator[tuple[int, EncodedBatch]]:
         """Buffered records (linger, precommit) as batches, each with the index just past
@@ -218,7 +207,7 @@ class LingerAppends:
                     keys[lo:hi],
                     values[lo:hi],
                     timestamps[lo:hi],
-                    headers=headers[lo:hi] if headers is not None else None,
+                    header_blocks=header_blocks[lo:hi] if header_blocks is not None else None,
                     codec=codec,
                     level=config.compression_level,
                 ),

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ..encoding.batch_encode import OneRecord
 from ..encoding.format import (
     FILE_HEADER,
     PRECOMMIT_ENTRY,
@@ -34,7 +35,6 @@ from ..encoding.format import (
     PRECOMMIT_MAGIC,
     check_file_header,
     crc32c,
-    decode_headers,
 )
 from ..storage import filenames
 
@@ -47,7 +47,7 @@ class PendingEntries:
     keys: list[bytes | None]
     values: list[bytes | None]
     timestamps: list[int]
-    headers: list[dict[str, bytes] | None]
+    headers: list[bytes]  # encoded blocks (``b""``: none)
 
 
 class PrecommitBuffer:
@@ -89,27 +89,24 @@ class PrecommitBuffer:
     def append(
         self,
         offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        key_length: int,
-        value_length: int,
-        timestamp: int,
-        headers: bytes,
-        decoded_headers: dict[str, bytes] | None = None,
+        record: OneRecord,
     ) -> None:
-        """Write one entry (the caller checked :meth:`room_for`; lengths are -1 for None).
+        """Write one entry (the caller checked :meth:`room_for`).
 
         The entry and a zeroed length after it (so a parse never runs into a stale entry)
         go in with one copy; a process killed mid-copy leaves an entry whose CRC fails.
         """
+        key, value, timestamp, headers = record
+        key_length = -1 if key is None else len(key)
+        value_length = -1 if value is None else len(value)
         keys = self._keys
         if not keys:
             self._first_offset = offset
         keys.append(key)
         self._values.append(value)
         self._timestamps.append(timestamp)
-        if decoded_headers:
-            self._headers[len(keys) - 1] = decoded_headers
+        if headers:
+            self._headers[len(keys) - 1] = headers
         payload = b"".join(
             (
                 PRECOMMIT_FIELDS.pack(offset, timestamp, key_length, value_length, len(headers)),
@@ -139,7 +136,7 @@ class PrecommitBuffer:
                 self._keys,
                 self._values,
                 self._timestamps,
-                [headers.get(i) for i in range(count)] if headers else [None] * count,
+                [headers.get(i, b"") for i in range(count)] if headers else [b""] * count,
             )
         return self.entries()
 
@@ -195,9 +192,7 @@ class PrecommitBuffer:
             result.keys.append(key)
             result.values.append(value)
             result.timestamps.append(timestamp)
-            result.headers.append(
-                decode_headers(payload[cursor : cursor + header_len]) if header_len else None
-            )
+            result.headers.append(payload[cursor : cursor + header_len])
             expected = offset + 1
             pos += length
         return result
@@ -207,7 +202,7 @@ class PrecommitBuffer:
         self._keys: list[bytes | None] = []
         self._values: list[bytes | None] = []
         self._timestamps: list[int] = []
-        self._headers: dict[int, dict[str, bytes]] = {}
+        self._headers: dict[int, bytes] = {}
 
     def clear(self) -> None:
         self.map[DATA_START : DATA_START + 4] = b"\0\0\0\0"
@@ -238,20 +233,12 @@ class PrecommitAppends:
     precommit_recovered: int
     _holding_for_precommit: bool
 
-    def append_precommit(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        key_length: int,
-        value_length: int,
-        timestamp: int,
-        headers: bytes,
-        decoded_headers: dict[str, bytes] | None = None,
-    ) -> int:
+    def append_precommit(self, record: OneRecord) -> int:
         """Buffer one record; returns its offset, or -1 if it is larger than the buffer."""
         buffer = self.precommit
         assert buffer is not None
-        payload = max(key_length, 0) + max(value_length, 0) + len(headers)
+        key, value, _, headers = record
+        payload = len(key or b"") + len(value or b"") + len(headers)
         with self.lock:
             if self.closed or self.sync_failed is not None:
                 self._check_open()
@@ -266,9 +253,7 @@ class PrecommitAppends:
                     self._holding_for_precommit = True
                     self._publish_head()
             offset = self.end_offset + buffer.count
-            buffer.append(
-                offset, key, value, key_length, value_length, timestamp, headers, decoded_headers
-            )
+            buffer.append(offset, record)
             return offset
 
     def materialize(self) -> None:
@@ -309,7 +294,7 @@ class PrecommitAppends:
                 entries.keys,
                 entries.values,
                 entries.timestamps,
-                entries.headers,
+                entries.headers if any(entries.headers) else None,
                 buffer.bytes_pending,
             ):
                 self._write_locked(batch)

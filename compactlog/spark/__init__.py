@@ -3,7 +3,7 @@
 Nothing here imports pyspark at import time, so the core library works without Spark. The
 data source classes live in :mod:`compactlog.spark.source` (imported by Spark's Python
 workers, so it has no import-time side effects); planning and partitioning are in
-:mod:`~compactlog.spark.batch`, the Arrow conversion from ``batch_decode``'s columns in
+:mod:`~compactlog.restore.plan`, the Arrow conversion from ``batch_decode``'s columns in
 :mod:`~compactlog.spark.arrow`. PySpark also finds the source with no call at all through
 the top-level ``pyspark_compactlog`` module (its ``DefaultSource``).
 """

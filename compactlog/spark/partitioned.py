@@ -29,10 +29,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition, WriterCommi
 
 from ..arrow.encode import log_encoding
 from ..errors import ConfigError, WriteRefusedByModeError
+from ..restore.options import ReadOptions
 from ..routing import fnv1a64, key_partitions
 from ..storage import filenames
 from ..storage.logdirs import PARTITION_COLUMN, is_partitioned, list_partitions, partition_dir
-from .options import ReadOptions
 from .user_errors import ours
 from .writer import (
     CompactLogWriter,
@@ -122,8 +122,8 @@ class PartitionedReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions, schema: Any) -> None:
         from ..arrow.convert import Layout
+        from ..restore.plan import plan_read
         from .arrow import target_schema
-        from .batch import plan_read
 
         self.options = options
         self.schema = schema
@@ -145,8 +145,8 @@ class PartitionedReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ..arrow.convert import Layout, to_arrow
+        from ..restore.plan import Partition, read_partition
         from .arrow import target_schema
-        from .batch import Partition, read_partition
 
         assert isinstance(partition, PartitionedInputPartition)
         if partition.plan < 0:

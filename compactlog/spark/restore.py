@@ -8,9 +8,10 @@ renames it into place (:func:`_replace_output`). A second restore that would rea
 end offset (and options) finds the record and does nothing.
 
 Engines: ``spark`` (the ``compactlog`` data source in a SparkSession: local or a cluster,
-every format Spark writes) and ``arrow`` (:mod:`.restore_arrow`: the same rows and columns
-from this process, no JVM, Parquet, ORC and CSV). ``auto`` (:func:`choose_engine`) takes
-Arrow unless the job needs Spark or the snapshot is large for this machine's memory.
+every format Spark writes) and ``arrow`` (:mod:`compactlog.restore.arrow_restore`: the
+same rows and columns from this process, no JVM, Parquet, ORC and CSV). ``auto``
+(:func:`choose_engine`) takes Arrow unless the job needs Spark or the snapshot is large for
+this machine's memory.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Any
 
 from ..engine.snapshot import is_snapshot, read_manifest, take_snapshot
 from ..errors import ConfigError
+from ..restore.options import ReadOptions, declared_value_format, json_schema_problem
 from ..storage.fsio import fsync_dir, fsync_file
-from .options import ReadOptions, declared_value_format, json_schema_problem
 
 RESULT_FILE = "_compactlog.json"
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -179,7 +180,7 @@ def restore(
             num_partitions=partitions,
         )
         if engine == "arrow":
-            from .restore_arrow import write_arrow_table
+            from ..restore.arrow_restore import write_arrow_table
 
             def fill(directory: str) -> int:
                 return write_arrow_table(read, directory, format)
@@ -260,8 +261,8 @@ def choose_engine(
        second. The Arrow engine streams the snapshot in chunks of 64k records: its memory
        is a chunk plus 24 bytes per key of the dirty head, far below the snapshot.
     """
-    from .ddl import DdlError
-    from .restore_arrow import ARROW_FORMATS, restore_schema
+    from ..restore.arrow_restore import ARROW_FORMATS, restore_schema
+    from ..restore.ddl import DdlError
 
     if master is not None or spark is not None or format not in ARROW_FORMATS:
         return "spark"
@@ -289,7 +290,7 @@ def _spark_installed() -> bool:
 
 def _check_arrow_job(format: str, value_schema: str | None, master: str | None, spark: Any) -> None:
     """Refuse, before any snapshot, an Arrow-engine restore that needs Spark."""
-    from .restore_arrow import check_arrow_format, restore_schema
+    from ..restore.arrow_restore import check_arrow_format, restore_schema
 
     if master is not None or spark is not None:
         raise ConfigError("a Spark master or session needs engine='spark' (--engine spark)")

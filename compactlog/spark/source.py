@@ -26,8 +26,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from ..restore.options import ReadOptions, parse_options, schema_ddl
 from .input_partition import CompactLogPartition
-from .options import ReadOptions, parse_options, schema_ddl
 from .user_errors import ours
 
 
@@ -37,8 +37,8 @@ class CompactLogReader(DataSourceReader):
     @ours
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         from ..arrow.convert import Layout
+        from ..restore.plan import plan_read
         from .arrow import target_schema
-        from .batch import plan_read
 
         self.options = options
         self.schema = schema
@@ -51,8 +51,8 @@ class CompactLogReader(DataSourceReader):
     @ours
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ..arrow.convert import Layout, to_arrow
+        from ..restore.plan import Partition, read_partition
         from .arrow import target_schema
-        from .batch import Partition, read_partition
 
         assert isinstance(partition, CompactLogPartition)
         layout = Layout(target_schema(self.schema), self.options.value_format)

@@ -47,8 +47,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import CompactLogError, ConfigError
+from ..restore.options import ReadOptions, _int
 from .input_partition import CompactLogPartition  # a micro-batch task is a batch task
-from .options import ReadOptions, _int
 from .user_errors import ours
 
 log = logging.getLogger("compactlog.spark.stream")
@@ -160,8 +160,8 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return offset
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        from ..restore.ranges import split_range
         from ..storage.state_files import read_meta
-        from .ranges import split_range
 
         lo, hi = int(start["offset"]), int(end["offset"])
         lo = max(lo, read_meta(self.path).log_start_offset)

@@ -61,7 +61,7 @@ class WriteOptions:
 
 def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     """The writer's options (the reader's are checked by ``parse_options`` as well)."""
-    from .options import _int
+    from ..restore.options import _int
 
     options = {str(k).lower(): v for k, v in raw.items()}
     path = options.get("path")

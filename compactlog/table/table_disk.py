@@ -13,7 +13,7 @@ Layout: ``<state_dir>/data.mdb`` and ``lock.mdb`` (LMDB's), ``table.lock`` (one 
 state directory), a ``data`` database of ``key -> value`` and a ``meta`` database holding
 ``offset`` (the state reflects every record below it) and ``log_id`` (the log it was
 built from, :mod:`compactlog.storage.log_identity`). The log it was built from holds a
-durable subscriber checkpoint of the table (``compactlog.table.table.table_subscriber_name``).
+durable subscriber checkpoint of the table (``compactlog.table.table_part.table_subscriber_name``).
 
 Crash protocol of one :meth:`DiskStore.commit` (one LMDB write transaction):
 

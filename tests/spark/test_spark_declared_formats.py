@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import compactlog
-from compactlog.spark.options import parse_options
+from compactlog.restore.options import parse_options
 
 VALUES = {"a": {"id": 1, "name": "Ada"}, "b": {"id": 2, "name": "Bo"}}
 

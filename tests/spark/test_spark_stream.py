@@ -36,9 +36,9 @@ from pyspark.sql.types import (
 
 import compactlog
 from compactlog.errors import ConfigError
-from compactlog.spark.options import parse_options
+from compactlog.restore.options import parse_options
+from compactlog.restore.ranges import split_range
 from compactlog.spark.partitioned import prepare_partitioned
-from compactlog.spark.ranges import split_range
 from compactlog.spark.stream import current_table, make_stream_reader, upsert_into_parquet
 from compactlog.storage.segment import list_segments, segment_path
 

@@ -1,7 +1,7 @@
 """The Arrow restore engine: the table Spark's engine writes, from one process, no JVM.
 
-It reads a snapshot exactly as the Spark source's tasks do (``batch.plan_read``, then each
-partition's chunks through ``batch.read_partition`` and ``convert.to_arrow``, with the
+It reads a snapshot exactly as the Spark source's tasks do (``plan.plan_read``, then each
+partition's chunks through ``plan.read_partition`` and ``convert.to_arrow``, with the
 source's default schema: ``options.schema_ddl`` through ``ddl.arrow_schema``), so both
 engines keep the same rows and give them the same columns and types. It writes one file,
 ``part-00000.<format>``: Parquet (snappy, as Spark), ORC (zstd, as Spark) or CSV, which
@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 
 from ..arrow.convert import Layout, to_arrow
 from ..errors import ConfigError
-from .batch import plan_read, read_partition
 from .ddl import arrow_schema
 from .options import ReadOptions, schema_ddl
+from .plan import plan_read, read_partition
 
 ARROW_FORMATS = ("parquet", "orc", "csv")
 PART_FILE = "part-00000"

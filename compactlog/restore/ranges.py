@@ -1,6 +1,6 @@
 """Offset ranges over a log's segments: how a read is cut into Spark partitions.
 
-Kept apart from :mod:`compactlog.spark.batch` so that a stream's planner, which only cuts
+Kept apart from :mod:`compactlog.restore.plan` so that a stream's planner, which only cuts
 micro-batches (:func:`split_range`), does not import the batch read's machinery (the
 offset map and the compaction package behind it, snapshots): the Python processes Spark
 starts for each streaming query import this module, and every import is paid per query.

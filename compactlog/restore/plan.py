@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..arrow.convert import Columns, chunk_columns
+from ..arrow.convert import chunk_columns
+from ..encoding.batch_decode import Columns
 from ..encoding.offset_map import key_digests
 from ..engine.dirtyindex import DirtyIndex, build_dirty_map
 from ..engine.latest import check_exact
