@@ -183,7 +183,7 @@ def _local_copy(path: str, as_of: int | None, master: str | None) -> Iterator[st
     """PATH as a local log directory: itself, or, for an archive URL (``s3://...``), the
     archive's manifest (the newest, or with --as-of the newest ending at or before it)
     restored into a temporary directory first (``compactlog archive restore``)."""
-    from compactlog.spark.archive_read import is_archive_url
+    from compactlog.restore.archive_read import is_archive_url
 
     if not is_archive_url(path):
         yield log_dir(path)

@@ -38,7 +38,7 @@ RANKS = {
     "compactlog": 6,  # the facade: Log, open, repair, the package's names
     "compactlog.restore": 6,  # bulk reads without Spark: planning, the Arrow restore engine
     "compactlog.spark": 7,  # applications
-    "compactlog.archive": 7,  # the archive in object storage (the service and Spark use it)
+    "compactlog.archive": 6,  # the archive in object storage: beside the facade it uses (open)
     "compactlog.cleaner": 7,
     "compactlog.cli": 8,  # the CLI also starts and inspects the cleaner service
     "compactlog.__main__": 8,  # python -m compactlog runs the CLI
