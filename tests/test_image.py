@@ -39,11 +39,12 @@ with compactlog.open(sys.argv[1], segment_bytes=4096) as log:
     log.flush()
 """
 
-# Reading the restored table back: its rows and what restore says it wrote.
+# Reading a restored table back: its rows, and what `compactlog restore` says it wrote.
 READER = """
-import json, sys, pyarrow.parquet as pq
+import json, os, sys, pyarrow.parquet as pq
 table = pq.read_table(sys.argv[1], columns=["key", "value"])
-info = json.load(open(sys.argv[1] + "/_compactlog.json"))
+info_file = os.path.join(sys.argv[1], "_compactlog.json")
+info = json.load(open(info_file)) if os.path.exists(info_file) else None
 rows = [[r["key"].decode(), r["value"].decode()] for r in table.to_pylist()]
 print(json.dumps({"rows": rows, "info": info}))
 """
@@ -191,12 +192,78 @@ def test_the_cleaner_container_cleans_a_dirty_log_answers_probes_and_stops_on_si
     assert time.monotonic() - started < 5
 
 
-# -- the compose stack and the documented restore -----------------------------------------
+# -- the compose stack: the documented restores, from the log and from the bucket --------
 
 
-@pytest.fixture
-def stack(engine, request) -> Iterator[Callable[..., str]]:
-    """``compose(*args)`` on the repository's file as its own project, brought down after."""
+class Stack:
+    """The repository's compose file up as its own project (``COMPOSE_PROJECT_NAME``), with
+    what the tests and their failure messages need."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.environment = {**os.environ, "COMPOSE_PROJECT_NAME": NAME}
+        self.environment.pop("RESTORE_LOG", None)
+
+    def compose(self, *args: str, timeout: float = 120, check: bool = True, env=None, why=str):
+        return run(
+            [*self.command, *args],  # the repository's docker-compose.yml, found from cwd
+            cwd=REPO,
+            env={**self.environment, **(env or {})},
+            timeout=timeout,
+            check=check,
+            why=why,
+        )
+
+    def container(self, service: str) -> str:
+        ids = self.compose("ps", "--quiet", service).split()
+        assert ids, f"no {service} container"
+        return ids[0]
+
+    def logs(self) -> str:
+        return self.compose("logs", "--no-color", "--tail", "30", check=False)
+
+    def executors(self) -> str:
+        """The services' logs and the executors' last lines (where "Failed to connect to
+        <driver>" shows when executors cannot reach the job's driver)."""
+        worker = self.container("spark-worker")
+        script = "tail -n 8 /home/compactlog/spark-work/app-*/*/stderr"
+        errors = docker("exec", worker, "sh", "-c", script, check=False, stderr=subprocess.STDOUT)
+        return f"{self.logs()}\nexecutors:\n{errors}"
+
+    def healthy(self, service: str) -> bool | None:
+        found = self.container(service)
+        state = docker("inspect", "--format", "{{.State.Health.Status}}", found).strip()
+        return True if state == "healthy" else None
+
+    def down(self) -> None:
+        """Everything down, the one-off jobs' containers too; fails if anything is left."""
+        # a job killed by its bound leaves its `run` container: remove it before down
+        label = f"label=com.docker.compose.project={NAME}"
+        left = docker("ps", "--all", "--quiet", "--filter", label)
+        if left.split():
+            docker("rm", "--force", *left.split())
+        profiles = ("--profile", "restore", "--profile", "restore-archive")
+        self.compose(*profiles, "down", "--volumes", "--remove-orphans", "--timeout", "10")
+        for kind in ("container", "network", "volume"):
+            listing = ["ls", "--quiet", "--filter", label]
+            if kind == "container":
+                listing.insert(1, "--all")
+            assert docker(kind, *listing).split() == [], f"{kind}s left behind"
+
+
+def alive_workers() -> list | None:
+    answer = http_get("http://127.0.0.1:8080/json/")  # the master's web UI, as JSON
+    if answer is None or answer[0] != 200:
+        return None
+    return [w for w in json.loads(answer[1])["workers"] if w["state"] == "ALIVE"] or None
+
+
+@pytest.fixture(
+    scope="module", params=[["docker-compose"], ["docker", "compose"]], ids=["v1", "v2"]
+)
+def stack(engine, request) -> Iterator[Stack]:
+    """The stack up and healthy (the object store and the cleaner healthy, one Spark worker
+    registered with the master) for this module's tests, then down with its volumes."""
     command = request.param
     if command == ["docker", "compose"]:  # v2 where it is installed (Debian 12 has none)
         version = subprocess.run([*command, "version"], capture_output=True, timeout=30)
@@ -207,91 +274,77 @@ def stack(engine, request) -> Iterator[Callable[..., str]]:
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)
-    environment = {**os.environ, "COMPOSE_PROJECT_NAME": NAME}
-    environment.pop("RESTORE_LOG", None)
-
-    def compose(*args: str, timeout: float = 120, check: bool = True, env=None, why=str) -> str:
-        return run(
-            [*command, *args],  # the repository's docker-compose.yml, found from cwd
-            cwd=REPO,
-            env={**environment, **(env or {})},
-            timeout=timeout,
-            check=check,
-            why=why,
-        )
-
-    yield compose
-    # a restore killed by its bound leaves its `run` container: remove it before down
-    left = docker("ps", "--all", "--quiet", "--filter", f"label=com.docker.compose.project={NAME}")
-    if left.split():
-        docker("rm", "--force", *left.split())
-    compose("--profile", "restore", "down", "--volumes", "--remove-orphans", "--timeout", "10")
-    for kind in ("container", "network", "volume"):
-        listing = ["ls", "--quiet", "--filter", f"label=com.docker.compose.project={NAME}"]
-        if kind == "container":
-            listing.insert(1, "--all")
-        assert docker(kind, *listing).split() == [], f"{kind}s left behind"
+    stack = Stack(command)
+    try:
+        stack.compose("up", "--detach", timeout=240, why=stack.logs)
+        wait_for("the object store healthy", lambda: stack.healthy("objectstore"), 60, stack.logs)
+        # the cleaner's first check comes 30 s after its start
+        wait_for("the cleaner service healthy", lambda: stack.healthy("cleaner"), 120, stack.logs)
+        workers = wait_for("a Spark worker registered", alive_workers, 120, stack.logs)
+        assert len(workers) == 1
+        yield stack
+    finally:
+        stack.down()
 
 
-def container_of(compose: Callable[..., str], service: str) -> str:
-    ids = compose("ps", "--quiet", service).split()
-    assert ids, f"no {service} container"
-    return ids[0]
+def read_table(path: str) -> dict:
+    """The restored table's rows (and ``_compactlog.json``, where the job writes one), read
+    in a container from the ``tables`` volume."""
+    read = docker(
+        *("run", "--rm", "-v", f"{NAME}_tables:/data/tables", IMAGE),
+        *("python", "-c", READER, path),
+        timeout=120,
+    )
+    return json.loads(read)
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(
-    "stack", [["docker-compose"], ["docker", "compose"]], ids=["v1", "v2"], indirect=True
-)
-def test_the_stack_comes_up_healthy_and_the_documented_restore_writes_the_model(stack):
-    compose = stack
-    compose("up", "--detach", timeout=180)
-
-    def logs() -> str:
-        return compose("logs", "--no-color", "--tail", "30", check=False)
-
-    cleaner = container_of(compose, "cleaner")
-
-    def healthy() -> bool | None:
-        state = docker("inspect", "--format", "{{.State.Health.Status}}", cleaner).strip()
-        return True if state == "healthy" else None
-
-    def workers() -> list | None:
-        answer = http_get("http://127.0.0.1:8080/json/")  # the master's web UI, as JSON
-        if answer is None or answer[0] != 200:
-            return None
-        return [w for w in json.loads(answer[1])["workers"] if w["state"] == "ALIVE"] or None
-
-    def executors() -> str:
-        """The services' logs and the executors' last lines (where "Failed to connect to
-        <driver>" shows when executors cannot reach the job's driver)."""
-        worker = container_of(compose, "spark-worker")
-        script = "tail -n 8 /home/compactlog/spark-work/app-*/*/stderr"
-        errors = docker("exec", worker, "sh", "-c", script, check=False, stderr=subprocess.STDOUT)
-        return f"{logs()}\nexecutors:\n{errors}"
-
-    wait_for("the cleaner service healthy", healthy, 120, logs)  # first check after 30 s
-    assert len(wait_for("a Spark worker registered with the master", workers, 120, logs)) == 1
-
+def test_the_documented_restore_writes_the_model_of_the_log(stack):
     records = dirty_records()
     write_log(f"{NAME}_logs", "orders", records)
     # the documented command, word for word (docs/operations.md), bounded
     restore = ("--profile", "restore", "run", "--rm", "restore")
-    compose(*restore, env={"RESTORE_LOG": "orders"}, timeout=480, why=executors)
+    stack.compose(*restore, env={"RESTORE_LOG": "orders"}, timeout=480, why=stack.executors)
 
-    read = docker(
-        *("run", "--rm", "-v", f"{NAME}_tables:/data/tables", IMAGE),
-        *("python", "-c", READER, "/data/tables/orders.parquet"),
-        timeout=120,
-    )
-    table = json.loads(read)
+    table = read_table("/data/tables/orders.parquet")
     assert dict(table["rows"]) == model(records)
     assert len(table["rows"]) == len(model(records))  # one row per live key
     assert table["info"]["rows"] == len(model(records))
 
 
-# -- the object store (issue 27, part 4: not built yet) ------------------------------------
-# When the archive feature (logs archived to object storage) lands, docker-compose.yml gains
-# an object store service and the worker restores from its bucket with no log volume. The
-# test of that goes here, on the `stack` fixture: write a log and archive it, run the
-# restore job against the bucket, compare the table with `model(records)` as above.
+@pytest.mark.timeout(600)
+def test_the_cleaner_archives_to_the_bucket_and_spark_restores_from_it_with_no_log(stack):
+    """Issue 26's compose item: the cleaner archives each log to the object store; the log
+    then lost, the ``restore-archive`` job (no log volume) rebuilds the table from the
+    bucket, its executors fetching the objects themselves."""
+    records = dirty_records()
+    write_log(f"{NAME}_logs", "payments", records)
+    cleaner = stack.container("cleaner")
+    url = "s3://compactlog/logs/payments"  # <archive.url>/<the log's name>
+
+    def archived() -> dict | None:
+        """The archive's newest manifest once it holds every record written."""
+        listing = docker(
+            "exec", cleaner, "compactlog", "archive", "list", url, "--json", check=False, timeout=60
+        )
+        try:
+            manifests = json.loads(listing)["manifests"]
+        except (ValueError, KeyError):
+            return None
+        newest = manifests[-1] if manifests else None
+        return newest if newest and newest["end_offset"] == len(records) else None
+
+    # the service finds a new log within its rescan (10 s), then archives every second
+    wait_for(f"{url} holding all {len(records)} records", archived, 120, stack.logs)
+    verified = docker("exec", cleaner, "compactlog", "archive", "verify", url, "--json")
+    assert json.loads(verified)["ok"], verified
+
+    # the disk lost: nothing of the log is left on any volume
+    docker("run", "--rm", "-v", f"{NAME}_logs:/data/logs", IMAGE, "rm", "-r", "/data/logs/payments")
+    # the documented command, word for word (docs/operations.md), bounded
+    restore = ("--profile", "restore-archive", "run", "--rm", "restore-archive")
+    stack.compose(*restore, env={"RESTORE_LOG": "payments"}, timeout=480, why=stack.executors)
+
+    table = read_table("/data/tables/payments.parquet")
+    assert dict(table["rows"]) == model(records)
+    assert len(table["rows"]) == len(model(records))  # one row per live key
