@@ -14,7 +14,8 @@ separate process, as operators run it) against SeaweedFS (``--seaweed``) or ``--
   servers give it to the second, truncated, so it reads up to 1 s low).
 - **writer overhead**: the writer's achieved rate (records over its wall time) with the
   archiver against without; at a rate the writer sustains both are the target rate, so the
-  bench also reports the p99 of the per-batch append latency.
+  bench also reports the p99 of the per-batch append latency. ``--rate 0`` runs the writer
+  flat out (batches of 500) to show what the archiver takes from the most it can do.
 
 Run: ``python -m benchmarks.bench_archive_rpo --seaweed --rate 50000 --seconds 20``.
 """
@@ -44,14 +45,14 @@ TICK_S = 0.01
 
 def writer(path: str, seconds: float, rate: int, out: str) -> None:
     """The writer process: paced batches; one line per batch (end offset, ack ns, latency)."""
-    per_tick = max(rate * TICK_S, 1)
+    per_tick = max(rate * TICK_S, 50)
     value = os.urandom(100)
     lines = []
     with compactlog.open(path, sync="always", segment_bytes=64 << 20) as log:
         started = time.perf_counter()
         owed, written, i = 0.0, 0, 0
         while (now := time.perf_counter()) - started < seconds:
-            owed = (now - started) * rate - written
+            owed = (now - started) * rate - written if rate else 500.0  # 0: flat out
             n = int(min(owed, per_tick * 10)) if owed >= 1 else 0
             if n == 0:
                 time.sleep(TICK_S / 4)
