@@ -125,7 +125,7 @@ def run(
                         except ArchiveError as error:
                             stats.failures += 1
                             stats.last_error = str(error)
-            if should_stop() or (max_rounds is not None and stats.rounds >= max_rounds):
+            if max_rounds is not None and stats.rounds >= max_rounds:
                 break
             # rounds start every interval (not an interval after the last one ended), so a
             # record waits at most the interval plus one round: the RPO is I + U
@@ -133,7 +133,8 @@ def run(
             while not should_stop() and time.monotonic() < deadline:
                 time.sleep(min(0.05, max(interval_s, 0.001)))
             if should_stop():
-                # one last round, so that what became durable meanwhile is committed
+                # one last round (also when the stop came during a round: that round's view
+                # may predate it), so that what became durable meanwhile is committed
                 try:
                     result = archiver.push()
                     _account(stats, result)
