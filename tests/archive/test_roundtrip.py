@@ -59,6 +59,19 @@ def archive_rounds(tmp_path, url, rounds=12, seed=1, compact_every=3):
     return model, source, committed
 
 
+def fail_object_gets_after(count):
+    """A ``FaultyStore`` plan: the first ``count`` object gets succeed, the rest fail."""
+    gets = [0]
+
+    def plan(op, key):
+        if op == "get" and key.startswith("objects/"):
+            gets[0] += 1
+            return "before" if gets[0] > count else None
+        return None
+
+    return plan
+
+
 def test_restore_after_losing_the_log_equals_the_model(tmp_path, any_url):
     model, source, committed = archive_rounds(tmp_path, any_url)
     shutil.rmtree(source)  # the machine is gone
@@ -167,13 +180,7 @@ def test_restore_refuses_a_non_empty_directory_and_resumes_its_own(tmp_path, s3_
 
     objects = sum(len(s.objects) for s in manifests.latest(store).segments)
     assert objects > 3
-    gets = [0]
-
-    def fail_late(op, key):
-        if op == "get" and key.startswith("objects/"):
-            gets[0] += 1
-            return "before" if gets[0] > 2 else None
-        return None
+    fail_late = fail_object_gets_after(2)
 
     target = tmp_path / "r"
     with pytest.raises(StoreError):
@@ -276,13 +283,7 @@ def test_a_kept_segment_a_power_loss_damaged_is_fetched_again(tmp_path, memory_u
     leave a renamed segment short or zeroed, and the resumed restore must fetch it again."""
     model, _source, committed = archive_rounds(tmp_path, memory_url, rounds=8, seed=11)
     store = open_store(memory_url)
-    gets = [0]
-
-    def fail_late(op, key):
-        if op == "get" and key.startswith("objects/"):
-            gets[0] += 1
-            return "before" if gets[0] > 2 else None
-        return None
+    fail_late = fail_object_gets_after(2)
 
     target = tmp_path / "r"
     with pytest.raises(StoreError):
