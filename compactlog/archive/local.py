@@ -251,6 +251,28 @@ def fsync_directory(directory: str) -> None:
     fsync_dir(directory)
 
 
+def index_interval(meta: dict[str, Any]) -> int:
+    """The index interval a log's ``meta`` document configures (the library's default
+    when it names none): what the restored log's indexes are written at."""
+    from ..config import LogConfig
+
+    stored = meta.get("config", {}) if isinstance(meta, dict) else {}
+    return int(stored.get("index_interval_bytes", LogConfig().index_interval_bytes))
+
+
+def write_segment_index(directory: str, base: int, data: bytes | memoryview, interval: int) -> None:
+    """Write the index of the closed segment ``base`` whose whole bytes are ``data``, as
+    recovery's index rebuild would (``scan_segment`` then ``write_index``), so that opening
+    the restored log finds it consistent and does not read the segment again. Not synced
+    here: an index is a cache, and the restore's final pass fsyncs it."""
+    from ..storage.fsio import DEFAULT_FS
+    from ..storage.segment import write_index
+
+    path = segment_path(directory, base)
+    result = scan_segment(path, data, HEADER_SIZE, index_interval=interval)
+    write_index(DEFAULT_FS, directory, base, result.index_entries)
+
+
 __all__ = [
     "LOG_ID_FILE",
     "DurableSegment",
@@ -260,8 +282,11 @@ __all__ = [
     "check_piece",
     "fsync_directory",
     "index_file_name",
+    "index_interval",
     "log_id",
+    "read_all",
     "segment_file_name",
     "write_offset_floor",
+    "write_segment_index",
     "write_small_file",
 ]

@@ -89,16 +89,24 @@ def restore(
        between, choose again. The pin keeps its objects until the restore ends.
     3. Write ``MARKER`` (which archive, which manifest).
     4. Fetch every segment not already complete: its objects in parallel into
-       ``<segment>.part``, each checked (size, CRC-32C, SHA-256); fsync, rename to the
-       segment's name. A death here leaves whole segments and ``.part`` files; the next
-       run keeps the former (checked again) and fetches the rest.
-    5. Write ``cleaner.checkpoint`` and then ``meta`` (each atomically): until ``meta``
+       ``<segment>.part``, each checked (size, CRC-32C) as it arrives; once a closed
+       segment is whole, write its index from the bytes in hand (so that opening the log
+       in step 7 does not read every segment again), then rename it to the segment's
+       name, without an fsync. A death here leaves whole segments and ``.part`` files;
+       the next run keeps the former only if their size and CRC-32C still match the
+       manifest (a power loss may have left a renamed segment short or zeroed: it is
+       fetched again) and fetches the rest.
+    5. One fsync pass over every segment and index of the manifest (those kept from an
+       interrupted run too), in parallel, then the directory: from here on every byte
+       ``meta`` will vouch for is durable.
+    6. Write ``cleaner.checkpoint`` and then ``meta`` (each atomically): until ``meta``
        exists the directory is not a log, so nothing opens a half-restored one. When the
        source had handed out offsets past the archived ones (``handed_out``: records
        acknowledged but not yet durable or archived, lost with that machine), leave a
        head in ``.lock`` naming them, so that they are never handed out again.
-    6. Open the log once for writing (recovery builds the indexes and the head, and skips
-       to ``handed_out``) and check its end offset; remove ``MARKER``.
+    7. Open the log once for writing (recovery finds the closed segments' indexes
+       consistent, builds the newest one's and the head, and skips to ``handed_out``) and
+       check its end offset; remove ``MARKER``.
     """
     started = time.perf_counter()
     target = os.path.abspath(target)
@@ -126,6 +134,8 @@ def restore(
         # 4.
         fetched, reused = _fetch_segments(store, target, chosen, threads, progress)
         # 5.
+        _fsync_all(target, chosen, threads)
+        # 6.
         if chosen.cleaner is not None:
             local.write_small_file(
                 target, local.CLEANER_FILE, json.dumps(chosen.cleaner, sort_keys=True).encode()
@@ -136,7 +146,7 @@ def restore(
         if chosen.handed_out > chosen.end_offset and chosen.segments:
             last = chosen.segments[-1]
             local.write_offset_floor(target, last.base, last.size, chosen.handed_out)
-        # 6.
+        # 7.
         _open_once(target, chosen)
         os.unlink(os.path.join(target, MARKER))
         local.fsync_directory(target)
@@ -222,6 +232,8 @@ def _fetch_segments(
     lock = threading.Lock()
     fds: dict[int, int] = {}
     remaining = {e.base: len(e.objects) for e in todo}
+    newest = chosen.segments[-1].base if chosen.segments else -1
+    interval = local.index_interval(chosen.meta)
     try:
         for entry in todo:
             part = os.path.join(target, local.segment_file_name(entry.base) + PART_SUFFIX)
@@ -240,11 +252,17 @@ def _fetch_segments(
                 done[0] += len(data)
                 if progress is not None:
                     progress(done[0], total)
-            if complete:  # the segment is whole: it survives an interruption from here on
+            if complete:  # the segment is whole: index it, name it (synced in step 5)
                 with lock:
                     fd = fds.pop(entry.base)
-                os.fsync(fd)
-                os.close(fd)
+                try:
+                    if entry.base != newest:  # recovery indexes the newest one itself
+                        whole = data  # one object holds the whole segment, or:
+                        if len(data) != entry.size:
+                            whole = local.read_all(fd, 0, entry.size)
+                        local.write_segment_index(target, entry.base, whole, interval)
+                finally:
+                    os.close(fd)
                 name = local.segment_file_name(entry.base)
                 os.rename(os.path.join(target, name + PART_SUFFIX), os.path.join(target, name))
 
@@ -257,11 +275,31 @@ def _fetch_segments(
                 for future in futures:
                     future.cancel()
                 raise
-        local.fsync_directory(target)
     finally:
         for fd in fds.values():
             os.close(fd)
     return total, reused
+
+
+def _fsync_all(target: str, chosen: Manifest, threads: int) -> None:
+    """Step 5: every segment and index of the manifest to disk, several at a time (the
+    disk gets all the writes at once to order), then the directory's renames."""
+    names = [local.segment_file_name(e.base) for e in chosen.segments]
+    names += [local.index_file_name(e.base) for e in chosen.segments[:-1]]
+
+    def sync(name: str) -> None:
+        try:
+            fd = os.open(os.path.join(target, name), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # an index not written (a segment kept from before)
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="archive-sync") as pool:
+        list(pool.map(sync, names))
+    local.fsync_directory(target)
 
 
 def _complete(path: str, entry: SegmentEntry) -> bool:

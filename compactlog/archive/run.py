@@ -1,6 +1,7 @@
 """``compactlog archive run``: archive a log continuously, in the foreground.
 
-Every ``interval`` one round (``push.Archiver.push``); after a commit, retention
+Every ``interval`` one round (``push.Archiver.push``), started on the interval's ticks (a
+round that takes longer is followed at once by the next); after a commit, retention
 (``prune.prune``) at most every ``PRUNE_EVERY_S`` (every commit with ``retention=0``).
 A failed round (network, 5xx, timeouts, credentials) is retried with exponential backoff
 up to ``MAX_BACKOFF_S``, and counted; nothing half-done is ever committed. A round that
@@ -92,6 +93,7 @@ def run(
         last_prune = float("-inf")
         while True:
             stats.rounds += 1
+            round_started = time.monotonic()
             try:
                 result = archiver.push()
             except (LeaseLostError, LeaseHeldError):
@@ -123,13 +125,16 @@ def run(
                         except ArchiveError as error:
                             stats.failures += 1
                             stats.last_error = str(error)
-            if should_stop() or (max_rounds is not None and stats.rounds >= max_rounds):
+            if max_rounds is not None and stats.rounds >= max_rounds:
                 break
-            deadline = time.monotonic() + (backoff or interval_s)
+            # rounds start every interval (not an interval after the last one ended), so a
+            # record waits at most the interval plus one round: the RPO is I + U
+            deadline = time.monotonic() + backoff if backoff else round_started + interval_s
             while not should_stop() and time.monotonic() < deadline:
                 time.sleep(min(0.05, max(interval_s, 0.001)))
             if should_stop():
-                # one last round, so that what became durable meanwhile is committed
+                # one last round (also when the stop came during a round: that round's view
+                # may predate it), so that what became durable meanwhile is committed
                 try:
                     result = archiver.push()
                     _account(stats, result)
