@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import queue
 import random
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -67,6 +69,17 @@ def test_as_of_options_follow_and_bad_usage(tmp_path, source):
     assert run("archive", "run", path, url, "--interval", "5", check=2).stderr.count("unit") == 1
 
 
+def first_line(process: subprocess.Popen, timeout_s: float) -> str:
+    """The first line ``process`` prints, read in a thread so that a hang fails the test."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=timeout_s)
+    except queue.Empty:
+        process.kill()
+        raise AssertionError(f"no output in {timeout_s} s: {process.communicate()[1]}") from None
+
+
 def test_run_until_sigterm_commits_what_is_durable_and_exits_0(tmp_path, s3_url):
     rng = random.Random(52)
     path = tmp_path / "source"
@@ -79,7 +92,10 @@ def test_run_until_sigterm_commits_what_is_durable_and_exits_0(tmp_path, s3_url)
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.0)
+    # the first commit says the command is running (its SIGTERM handler is set before the
+    # first round): a fixed sleep lost the race under load, and SIGTERM killed it
+    first = first_line(process, timeout_s=120)
+    assert json.loads(first)["event"] == "commit", first
     for _ in range(5):
         model.append(log, rng, 40)
         time.sleep(0.1)
@@ -88,7 +104,7 @@ def test_run_until_sigterm_commits_what_is_durable_and_exits_0(tmp_path, s3_url)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
+    events = [json.loads(line) for line in [first, *out.splitlines()]]
     assert events[-1]["event"] == "stopped"
     assert events[-1]["end_offset"] == end  # the last round committed everything durable
     assert any(e["event"] == "commit" for e in events)
