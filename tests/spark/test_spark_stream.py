@@ -283,12 +283,6 @@ def wait_for_batches(query, count, timeout=120):
     assert progress_with_rows(query) >= count, query.exception()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (stop 28 note): no micro-batch with rows in 120 s while an appender and a "
-    "compactor run; fails on this tree with pyspark 4.2.1 and 4.3.0, and on the tree before "
-    "stop 28 with 4.3.0 (passed there with 4.2.1): cause not found yet",
-)
 def test_a_stream_over_a_log_being_appended_and_compacted_survives_a_restart(spark, tmp_path):
     path = str(tmp_path / "log")
     checkpoint, changes, table = (str(tmp_path / n) for n in ("checkpoint", "changes", "table"))
