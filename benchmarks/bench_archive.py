@@ -4,8 +4,11 @@
    segments) archived by one ``archive push`` into a fresh prefix, against uploading its
    segment files as plain objects with the same ``store.put``, alternating, ``--repeat``
    times each; the ratio is plain time / push time (1.0: no overhead; the target is 0.9).
+   The plain upload runs twice: one put after another, and ``UPLOAD_THREADS`` puts at a
+   time as the archiver does (the stricter comparison).
 2. **restore vs plain download**: ``archive restore`` of that archive against getting the
-   same objects and writing them to files, alternating.
+   same objects and writing them to files (no fsync), alternating; one get after another,
+   and ``FETCH_THREADS`` at a time as the restore does.
 3. **size after compaction**: ``--keys`` keys rewritten ``--rewrites`` times over 10
    compactions, pushed after each and pruned with retention 0: the archive's object bytes
    against the local log's segment bytes (the target is at most 1.1x).
@@ -27,6 +30,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +38,8 @@ import compactlog
 from compactlog.archive import manifest as manifests
 from compactlog.archive import open_store
 from compactlog.archive.prune import prune
-from compactlog.archive.push import Archiver, push_once
-from compactlog.archive.restore import restore
+from compactlog.archive.push import UPLOAD_THREADS, Archiver, push_once
+from compactlog.archive.restore import FETCH_THREADS, restore
 
 
 def build_log(path: Path, size_mb: int) -> int:
@@ -54,16 +58,26 @@ def build_log(path: Path, size_mb: int) -> int:
     return sum(os.path.getsize(p) for p in path.glob("*.log"))
 
 
-def plain_upload(store: Any, path: Path, prefix: str) -> None:
-    for file in sorted(path.glob("*.log")):
+def plain_upload(store: Any, path: Path, prefix: str, threads: int = 1) -> None:
+    """Each segment file as one plain object, ``threads`` puts at a time."""
+
+    def put(file: Path) -> None:
         store.put(f"{prefix}/{file.name}", file.read_bytes())
 
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(put, sorted(path.glob("*.log"))))
 
-def plain_download(store: Any, keys: list[str], target: Path) -> None:
+
+def plain_download(store: Any, keys: list[str], target: Path, threads: int = 1) -> None:
+    """Each object to a file of its own, ``threads`` gets at a time (no fsync)."""
     target.mkdir()
-    for key in keys:
+
+    def get(key: str) -> None:
         data, _ = store.get(key)
         (target / key.rsplit("/", 1)[-1]).write_bytes(data)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(get, keys))
 
 
 def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print) -> dict:
@@ -73,6 +87,8 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
         size = build_log(log_path, size_mb)
         say(f"log: {size / 1e6:.0f} MB; load {os.getloadavg()[0]:.1f}")
         push_s, plain_s, restore_s, download_s = [], [], [], []
+        parallel_up_s: list[float] = []
+        parallel_down_s: list[float] = []
         for i in range(repeat):
             prefix = f"{url}/push-{uuid.uuid4().hex[:8]}"
             store = open_store(prefix)
@@ -85,6 +101,11 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
             plain_upload(plain, log_path, "p")
             plain_s.append(time.perf_counter() - started)
 
+            again = open_store(f"{url}/plain-{uuid.uuid4().hex[:8]}")
+            started = time.perf_counter()
+            plain_upload(again, log_path, "p", threads=UPLOAD_THREADS)
+            parallel_up_s.append(time.perf_counter() - started)
+
             started = time.perf_counter()
             restore(store, str(root / f"restored-{i}"))
             restore_s.append(time.perf_counter() - started)
@@ -95,9 +116,16 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
             plain_download(plain, keys_, root / f"download-{i}")
             download_s.append(time.perf_counter() - started)
             shutil.rmtree(root / f"download-{i}")
+
+            started = time.perf_counter()
+            plain_download(plain, keys_, root / f"download-{i}", threads=FETCH_THREADS)
+            parallel_down_s.append(time.perf_counter() - started)
+            shutil.rmtree(root / f"download-{i}")
             say(
                 f"round {i}: push {push_s[-1]:.2f}s plain {plain_s[-1]:.2f}s "
-                f"restore {restore_s[-1]:.2f}s download {download_s[-1]:.2f}s"
+                f"plain x{UPLOAD_THREADS} {parallel_up_s[-1]:.2f}s "
+                f"restore {restore_s[-1]:.2f}s download {download_s[-1]:.2f}s "
+                f"download x{FETCH_THREADS} {parallel_down_s[-1]:.2f}s"
             )
         compacted = size_after_compaction(
             root, f"{url}/compacted-{uuid.uuid4().hex[:8]}", keys, rewrites
@@ -110,6 +138,12 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
             "restore_s": statistics.median(restore_s),
             "plain_download_s": statistics.median(download_s),
             "restore_vs_plain": statistics.median(download_s) / statistics.median(restore_s),
+            "parallel_upload_s": statistics.median(parallel_up_s),
+            "push_vs_parallel": statistics.median(parallel_up_s) / statistics.median(push_s),
+            "parallel_download_s": statistics.median(parallel_down_s),
+            "restore_vs_parallel": (
+                statistics.median(parallel_down_s) / statistics.median(restore_s)
+            ),
             **compacted,
             "load": os.getloadavg()[0],
         }
