@@ -105,9 +105,10 @@ def capture(
     log: Any, needs_read: Callable[[int, FileStat, int, bool], bool], *, log_id: str
 ) -> DurableView:
     """The durable view of the open (read-only) ``log``, holding the cleaner lock only for
-    the listing, a few ``stat``s and ``open``s (milliseconds; a cleaning pass that starts
-    then is told the log is busy and runs at its next turn). ``needs_read(base, stat,
-    durable_size, active)`` says which segments get a descriptor."""
+    the listing, a few ``stat``s and ``open``s (milliseconds, stamped *brief*: a cleaning
+    pass that starts then waits for it rather than failing, ``CleanerLock``).
+    ``needs_read(base, stat, durable_size, active)`` says which segments get a
+    descriptor."""
     directory = log.directory
     with _cleaner_lock(log):
         bases = list_segments(directory)
@@ -148,13 +149,13 @@ def capture(
 
 @contextmanager
 def _cleaner_lock(log: Any, attempts: int = 20, pause_s: float = 0.05) -> Iterator[None]:
-    """Hold the cleaner lock, tried without waiting a few times over about a second: a
-    running pass or retention run is never waited on for long (the caller's next round
-    tries again), and never made to wait on us for more than milliseconds."""
+    """Hold the cleaner lock as a brief holder, tried without waiting a few times over about
+    a second: a running pass or retention run is never waited on for long (the caller's
+    next round tries again), and a pass that starts meanwhile waits milliseconds for us."""
     from ..errors import LogLockedError
 
     for attempt in range(attempts):
-        lock = log.cleaner_lock(wait=False)
+        lock = log.cleaner_lock(wait=False, brief=True)
         try:
             lock.__enter__()
         except LogLockedError:
