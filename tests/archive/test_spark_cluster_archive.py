@@ -38,11 +38,12 @@ JOB = textwrap.dedent(
     import json, sys
     from compactlog.cli.main import main as compactlog_cli
     from compactlog.spark.session import local_session
+    from tests.spark.cluster import QUICK_JVM_CONF
 
     master, url, as_of, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     spark = local_session(master, app_name="compactlog archive on a cluster", config={
         "spark.executor.memory": "512m", "spark.executor.cores": "2",
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": "false", **QUICK_JVM_CONF,
     })
     read = lambda: spark.read.format("compactlog")  # a reader keeps its options: one each
     rows = lambda df: sorted([r.offset, r.key.hex(), r.value.hex()] for r in df.collect())

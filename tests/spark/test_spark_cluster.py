@@ -25,13 +25,14 @@ JOB = textwrap.dedent(
     import json, sys
     import compactlog
     from compactlog.spark.session import local_session
+    from tests.spark.cluster import QUICK_JVM_CONF
     from compactlog.cli.main import main as compactlog_cli
 
     master, work = sys.argv[1], sys.argv[2]
     log, out, sink = work + "/log", work + "/restored", work + "/changes"
     spark = local_session(master, app_name="compactlog cluster test", config={
         "spark.executor.memory": "512m", "spark.executor.cores": "2",
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": "false", **QUICK_JVM_CONF,
     })
     result = {"master": spark.sparkContext.master}
 
