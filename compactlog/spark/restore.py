@@ -5,7 +5,9 @@ taken first (so the table is one consistent state even while writers and the cle
 work), has an engine write the table to a temporary directory beside the output, puts
 ``_compactlog.json`` (source, snapshot end offset, engine, rows, time taken) into it and
 renames it into place (:func:`_replace_output`). A second restore that would read the same
-end offset (and options) finds the record and does nothing.
+end offset (and options) finds the record and does nothing. An archive URL
+(``s3://bucket/prefix``) is read from one pinned manifest instead of a snapshot
+(:func:`_restore_archive`).
 
 Engines: ``spark`` (the ``compactlog`` data source in a SparkSession: local or a cluster,
 every format Spark writes) and ``arrow`` (:mod:`compactlog.restore.arrow_restore`: the
@@ -103,7 +105,8 @@ def restore(
     allow_inexact: bool = False,
     engine: str = "auto",
 ) -> RestoreResult:
-    """Write the latest state of the log (or snapshot) at ``path`` to ``output``.
+    """Write the latest state of the log (or snapshot, or archive URL) at ``path`` to
+    ``output``.
 
     ``as_of`` restores the state below that offset (refused below the cleaner point unless
     ``allow_inexact``); ``value_format="json"`` with ``value_schema`` (DDL) turns values into
