@@ -3,15 +3,10 @@ Spark)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import click
 
 from .common import json_option, log_dir, path_argument
-from .output import UsageProblem, emit_json, human_bytes, human_count, print_fields
+from .output import emit_json, human_bytes, human_count, print_fields
 
 
 @click.command()
@@ -116,9 +111,14 @@ def restore(
 ) -> int:
     """Rebuild the latest value of every key of PATH as a table, with Arrow or Spark.
 
-    PATH is a log directory, or an archive URL (``s3://bucket/prefix``, docs/archive.md):
-    then the archive's newest manifest (with --as-of, the newest ending at or before it) is
-    restored into a temporary directory first.
+    PATH is a log directory, or an archive URL (``s3://bucket/prefix``, gs://, az://,
+    file://; docs/archive.md): then the state is the archive's newest manifest (with
+    --as-of, the newest ending at or before it). The Spark engine (--engine spark, or
+    --master spark://... for a cluster) reads the archive itself: the executors fetch the
+    objects with the credentials of their own environment (AWS_*), so the workers need no
+    disk shared with the log. The Arrow engine restores the manifest into a temporary
+    directory beside OUTPUT first. An archive has not moved while that manifest's end
+    offset is the one OUTPUT records.
 
     Takes a snapshot, reads it as the `compactlog` Spark data source does, writes OUTPUT
     atomically (a temporary directory renamed into place) with `_compactlog.json` in it
@@ -136,7 +136,9 @@ def restore(
       compactlog restore ./log --to ./out --value-format json \\
           --schema 'name STRING, balance DOUBLE' --as-of 1000000
       compactlog restore ./log --to ./out --engine spark --master spark://host:7077
+      compactlog restore s3://bucket/logs/customers --to ./out --master spark://host:7077
     """
+    from compactlog.restore.archive_read import is_archive_url
     from compactlog.restore.options import json_schema_problem
     from compactlog.spark.restore import restore as run_restore
 
@@ -145,20 +147,19 @@ def restore(
         raise click.UsageError("--value-format json needs --schema DDL")
     if problem == "format":
         raise click.UsageError("--schema needs --value-format json")
-    with _local_copy(path, as_of, master) as directory:
-        result = run_restore(
-            directory,
-            output,
-            format=fmt,
-            as_of=as_of,
-            value_format=value_format,
-            value_schema=value_schema,
-            master=master,
-            partitions=partitions,
-            allow_inexact=allow_inexact,
-            progress=None if not as_json else False,
-            engine=engine,
-        )
+    result = run_restore(
+        path if is_archive_url(path) else log_dir(path),
+        output,
+        format=fmt,
+        as_of=as_of,
+        value_format=value_format,
+        value_schema=value_schema,
+        master=master,
+        partitions=partitions,
+        allow_inexact=allow_inexact,
+        progress=None if not as_json else False,
+        engine=engine,
+    )
     if as_json:
         emit_json(result.to_json())
         return 0
@@ -176,27 +177,3 @@ def restore(
         title=verb,
     )
     return 0
-
-
-@contextmanager
-def _local_copy(path: str, as_of: int | None, master: str | None) -> Iterator[str]:
-    """PATH as a local log directory: itself, or, for an archive URL (``s3://...``), the
-    archive's manifest (the newest, or with --as-of the newest ending at or before it)
-    restored into a temporary directory first (``compactlog archive restore``)."""
-    from compactlog.restore.archive_read import is_archive_url
-
-    if not is_archive_url(path):
-        yield log_dir(path)
-        return
-    if master is not None:
-        raise UsageProblem(
-            "a cluster reads an archive itself: spark.read.format('compactlog').load(URL) "
-            "(docs/spark.md); --master works with a local log"
-        )
-    from compactlog.archive import open_store
-    from compactlog.archive.restore import restore as restore_archive
-
-    with tempfile.TemporaryDirectory(prefix="compactlog-archive-") as scratch:
-        target = os.path.join(scratch, "log")
-        restore_archive(open_store(path), target, as_of_offset=as_of)
-        yield target

@@ -283,8 +283,9 @@ def test_every_service_that_talks_to_the_bucket_has_one_address_and_credentials(
 
 
 def test_the_restore_archive_job_runs_the_data_source_on_the_bucket_against_the_master():
-    """No ``compactlog restore URL --master``: the CLI sends a cluster to the data source for
-    an archive, which is what this job runs (spark.read.format("compactlog").load(s3://...))."""
+    """The job runs the data source's read of the bucket on the cluster
+    (spark.read.format("compactlog").load(s3://...)), the read that ``compactlog restore
+    URL --master`` runs too (tests/archive/test_spark_cluster_archive.py)."""
     services = compose()["services"]
     job = services["restore-archive"]
     command = [str(part) for part in job["command"]]

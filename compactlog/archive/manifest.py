@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ArchiveError, NoManifestError, StoreError
+from .errors import ArchiveError, NoManifestError, ObjectMissingError, StoreError
 from .store import Store
 
 MANIFEST_MAGIC = "compactlog-archive"
@@ -197,6 +197,17 @@ def load(store: Store, sequence: int) -> Manifest:
     return Manifest.decode(data, manifest_key(sequence))
 
 
+def load_existing(store: Store, sequence: int) -> Manifest:
+    """Manifest ``sequence``, or :class:`NoManifestError` naming it when it is not there."""
+    try:
+        return load(store, sequence)
+    except ObjectMissingError:
+        raise NoManifestError(
+            f"the archive holds no manifest {sequence} (pruned, or never committed)",
+            path=store.url,
+        ) from None
+
+
 def latest(store: Store) -> Manifest | None:
     """The archive's current state: its newest manifest (``None`` for an empty archive)."""
     found = sequences(store)
@@ -293,6 +304,7 @@ __all__ = [
     "commit",
     "latest",
     "load",
+    "load_existing",
     "manifest_key",
     "parse_manifest_key",
     "sequences",

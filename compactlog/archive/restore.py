@@ -12,8 +12,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,11 +78,13 @@ def restore(
     *,
     as_of_offset: int | None = None,
     as_of_time_ms: int | None = None,
+    sequence: int | None = None,
     threads: int = FETCH_THREADS,
     progress: Callable[[int, int], None] | None = None,
 ) -> RestoreResult:
     """Rebuild the log at ``target`` from the newest manifest (or the one chosen by
-    ``as_of_offset`` / ``as_of_time_ms``, see ``manifest.choose``).
+    ``as_of_offset`` / ``as_of_time_ms``, see ``manifest.choose``, or manifest
+    ``sequence`` itself).
 
     1. ``target`` must be missing or empty, or hold an interrupted restore (``MARKER``) of
        the same archive: then this one resumes it (segments already complete are kept).
@@ -121,7 +124,13 @@ def restore(
             path=target,
         )
     # 2.
-    pin, chosen = _pinned(store, resume, as_of_offset, as_of_time_ms)
+    if resume is not None and sequence is not None and resume["sequence"] != sequence:
+        raise RestoreTargetError(
+            f"holds an interrupted restore of manifest {resume['sequence']}; restore the "
+            "same point or remove the directory",
+            path=target,
+        )
+    pin, chosen = _pinned(store, resume, sequence, as_of_offset, as_of_time_ms)
     try:
         # 3.
         if resume is None:
@@ -165,6 +174,18 @@ def restore(
     )
 
 
+@contextmanager
+def pinned_manifest(store: Store, *, as_of_offset: int | None = None) -> Iterator[Manifest]:
+    """The manifest a restore would read (the newest, or the newest ending at or before
+    ``as_of_offset``), pinned (``pins.py``) until the block ends: prune leaves it alone, so
+    a restore of its ``sequence`` started inside the block finds it."""
+    pin, chosen = _pinned(store, None, None, as_of_offset, None)
+    try:
+        yield chosen
+    finally:
+        pin.release()
+
+
 def _check_target(target: str, url: str) -> dict[str, Any] | None:
     if not os.path.exists(target):
         return None
@@ -188,12 +209,15 @@ def _check_target(target: str, url: str) -> dict[str, Any] | None:
 def _pinned(
     store: Store,
     resume: dict[str, Any] | None,
+    wanted: int | None,
     as_of_offset: int | None,
     as_of_time_ms: int | None,
 ) -> tuple[Pin, Manifest]:
     for _attempt in range(5):
         if resume is not None:
             sequence = int(resume["sequence"])
+        elif wanted is not None:
+            sequence = wanted
         else:
             sequence = manifests.choose(
                 store, as_of_offset=as_of_offset, as_of_time_ms=as_of_time_ms
@@ -203,6 +227,9 @@ def _pinned(
             return pin, manifests.load(store, sequence)
         except ArchiveError:
             pin.release()
+            if resume is None and wanted is not None:
+                manifests.load_existing(store, wanted)  # raises NoManifestError naming it
+                raise
             if resume is not None:
                 raise RestoreTargetError(
                     f"the manifest being restored ({sequence}) is no longer in the archive; "
@@ -327,4 +354,4 @@ def _open_once(target: str, chosen: Manifest) -> None:
         )
 
 
-__all__ = ["MARKER", "RestoreResult", "fetch_object", "restore"]
+__all__ = ["MARKER", "RestoreResult", "fetch_object", "pinned_manifest", "restore"]

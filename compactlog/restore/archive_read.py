@@ -15,25 +15,59 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from ..archive.store import SCHEMES
 from ..errors import ConfigError
 from .ranges import PARTITION_BYTES, Partition
 
-ARCHIVE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "memory")
 CACHE_NAME = "compactlog-archive-cache"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def is_archive_url(path: str) -> bool:
-    """An object-store URL (``file://`` too, when it holds an archive's manifests)."""
+    """``True`` for an archive URL (``s3://bucket/prefix``, ..., ``file://`` when it holds an
+    archive's manifests), ``False`` for a plain path (a log, a snapshot, a directory of logs).
+
+    A URL that names no archive is refused here, naming the schemes, rather than read as a
+    path that does not exist: an unknown scheme (``ftp://``), or a ``file://`` URL with no
+    ``manifests/`` in it (a log directory is given as a plain path)."""
+    if not _URL.match(path):
+        return False
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
-    if scheme in ARCHIVE_SCHEMES:
-        return True
-    return scheme == "file" and os.path.isdir(os.path.join(parsed.path, "manifests"))
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"{path}: unsupported URL scheme {scheme!r}; an archive URL is one of "
+            f"{', '.join(s + '://' for s in SCHEMES)} (docs/archive.md), a log a plain path"
+        )
+    if scheme == "file" and not os.path.isdir(os.path.join(parsed.path, "manifests")):
+        raise ConfigError(
+            f"{path}: no archive there (no manifests/ directory); a log directory is given "
+            "as a plain path, not a file:// URL"
+        )
+    return True
+
+
+def declared_value_format(url: str) -> str | None:
+    """The ``value_format`` the archived log declares (its newest manifest's ``meta``), or
+    ``None`` for an empty archive (reading it fails later, naming that)."""
+    from ..archive import manifest as manifests
+    from ..archive import open_store
+
+    newest = manifests.latest(open_store(url))
+    return None if newest is None else config_value_format(newest.meta)
+
+
+def config_value_format(meta: dict[str, Any]) -> str | None:
+    """``value_format`` from a log's ``meta`` document (as a manifest carries it)."""
+    config = meta.get("config") if isinstance(meta, dict) else None
+    value = config.get("value_format") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +95,15 @@ def choose(options: Any) -> tuple[ArchiveRead, Any]:
     from ..archive.pins import Pin
 
     store = open_store(options.path)
-    if options.as_of is not None and options.as_of_time_ms is not None:
-        raise ConfigError("give asOfOffset or asOfTimestamp, not both")
-    chosen = manifests.choose(
-        store, as_of_offset=options.as_of, as_of_time_ms=options.as_of_time_ms
-    )
+    given = [options.as_of, options.as_of_time_ms, options.archive_sequence]
+    if sum(value is not None for value in given) > 1:
+        raise ConfigError("give one of asOfOffset, asOfTimestamp and archiveSequence")
+    if options.archive_sequence is not None:
+        chosen = manifests.load_existing(store, options.archive_sequence)
+    else:
+        chosen = manifests.choose(
+            store, as_of_offset=options.as_of, as_of_time_ms=options.as_of_time_ms
+        )
     pin = Pin(store, chosen.sequence, ttl_ms=options.snapshot_retention_minutes * 60_000)
     pin.detach()  # lasts its time to live: the query's tasks run after planning returns
     chosen = manifests.load(store, chosen.sequence)  # still there after the pin: safe
@@ -129,4 +167,12 @@ def materialize(read: ArchiveRead, start: int, end: int) -> str:
     return directory
 
 
-__all__ = ["ArchiveRead", "choose", "is_archive_url", "materialize", "partitions"]
+__all__ = [
+    "ArchiveRead",
+    "choose",
+    "config_value_format",
+    "declared_value_format",
+    "is_archive_url",
+    "materialize",
+    "partitions",
+]

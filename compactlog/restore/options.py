@@ -28,6 +28,7 @@ OPTION_NAMES = (
     "mode",
     "asOfOffset",
     "asOfTimestamp",
+    "archiveSequence",
     "allowInexact",
     "startOffset",
     "endOffset",
@@ -89,6 +90,7 @@ class ReadOptions:
     mode_given: bool = False  # mode was an option (a stream refuses an explicit latest)
     as_of: int | None = None
     as_of_time_ms: int | None = None  # archives only: the manifest committed at or before
+    archive_sequence: int | None = None  # archives only: exactly this manifest
     allow_inexact: bool = False
     start_offset: int | None = None
     end_offset: int | None = None
@@ -223,22 +225,32 @@ def _unknown_options(unknown: list[str]) -> ConfigError:
 
 def declared_value_format(path: str, has_schema: bool) -> str:
     """The ``valueFormat`` a read takes when the user names none: the ``value_format`` the
-    log declares (for a directory of ``partition-N`` logs, its first log's), so ``bytes``
-    reads as ``binary`` and ``str`` as ``string``. A declared ``json`` reads as ``json``
-    when a ``valueSchema`` is given, else as ``string`` (the JSON text: Spark needs a
-    schema to parse it). ``binary`` where nothing is declared or no log is there yet."""
+    log declares (for a directory of ``partition-N`` logs, its first log's; for an archive
+    URL, its newest manifest's log), read as :func:`read_as` says. ``binary`` where
+    nothing is declared or no log is there yet."""
     from ..storage.logdirs import is_partitioned, list_partitions
     from ..storage.state_files import read_meta
+    from .archive_read import is_archive_url
 
+    if is_archive_url(path):
+        from .archive_read import declared_value_format as archived
+
+        return read_as(archived(path), has_schema)
     directory = os.path.abspath(path)
     if is_partitioned(directory):
         directory = list_partitions(directory)[0][1]
     if not os.path.exists(os.path.join(directory, META)):
         return "binary"
-    declared = read_meta(directory).config.value_format
+    return read_as(read_meta(directory).config.value_format, has_schema)
+
+
+def read_as(declared: str | None, has_schema: bool) -> str:
+    """How a declared ``value_format`` reads: ``bytes`` as ``binary``, ``str`` as
+    ``string``, ``json`` as ``json`` when a ``valueSchema`` is given, else as ``string``
+    (the JSON text: Spark needs a schema to parse it); anything else as ``binary``."""
     if declared == "json":
         return "json" if has_schema else "string"
-    return {"str": "string"}.get(declared, "binary")
+    return {"str": "string"}.get(declared or "", "binary")
 
 
 def parse_options(raw: Mapping[str, str]) -> ReadOptions:
@@ -277,6 +289,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         mode_given="mode" in options,
         as_of=_int(options, "asOfOffset"),
         as_of_time_ms=_time_ms(options.get("asoftimestamp")),
+        archive_sequence=_int(options, "archiveSequence"),
         allow_inexact=_bool(options, "allowInexact", False),
         start_offset=start,
         end_offset=end,

@@ -5,7 +5,9 @@ taken first (so the table is one consistent state even while writers and the cle
 work), has an engine write the table to a temporary directory beside the output, puts
 ``_compactlog.json`` (source, snapshot end offset, engine, rows, time taken) into it and
 renames it into place (:func:`_replace_output`). A second restore that would read the same
-end offset (and options) finds the record and does nothing.
+end offset (and options) finds the record and does nothing. An archive URL
+(``s3://bucket/prefix``) is read from one pinned manifest instead of a snapshot
+(:func:`_restore_archive`).
 
 Engines: ``spark`` (the ``compactlog`` data source in a SparkSession: local or a cluster,
 every format Spark writes) and ``arrow`` (:mod:`compactlog.restore.arrow_restore`: the
@@ -20,15 +22,16 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..engine.snapshot import is_snapshot, read_manifest, take_snapshot
 from ..errors import ConfigError
-from ..restore.options import ReadOptions, declared_value_format, json_schema_problem
+from ..restore.options import ReadOptions, declared_value_format, json_schema_problem, read_as
 from ..storage.fsio import fsync_dir, fsync_file
 
 RESULT_FILE = "_compactlog.json"
@@ -102,7 +105,8 @@ def restore(
     allow_inexact: bool = False,
     engine: str = "auto",
 ) -> RestoreResult:
-    """Write the latest state of the log (or snapshot) at ``path`` to ``output``.
+    """Write the latest state of the log (or snapshot, or archive URL) at ``path`` to
+    ``output``.
 
     ``as_of`` restores the state below that offset (refused below the cleaner point unless
     ``allow_inexact``); ``value_format="json"`` with ``value_schema`` (DDL) turns values into
@@ -113,23 +117,17 @@ def restore(
     (default: on a terminal).
     """
     started = time.perf_counter()
-    source = os.path.abspath(os.fspath(path))
     output = os.path.abspath(os.fspath(output))
-    if format not in FORMATS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    _check_request(format, engine, value_schema, master, spark)
+    from ..restore.archive_read import is_archive_url
+
+    if is_archive_url(os.fspath(path)):
+        job = _Job(format, as_of, value_format, value_schema, master, partitions, spark, progress)
+        return _restore_archive(os.fspath(path), output, job, engine, started)
+    source = os.path.abspath(os.fspath(path))
     if value_format is None:
         value_format = declared_value_format(source, has_schema=value_schema is not None)
-    problem = json_schema_problem(value_format, value_schema)
-    if problem == "schema":
-        raise ConfigError("value_format='json' needs value_schema (a DDL string)")
-    if problem == "format":
-        raise ConfigError(
-            f"value_schema needs value_format='json' (the values are read as {value_format})"
-        )
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    if engine == "arrow":
-        _check_arrow_job(format, value_schema, master, spark)
+    _check_value_format(value_format, value_schema)
     end_now = _end_offset_now(source)
     result = RestoreResult(
         source=source,
@@ -144,14 +142,9 @@ def restore(
         created_ms=time.time_ns() // 1_000_000,
         partitions=partitions,
     )
-    previous = read_result(output)
+    previous = _previous(output)
     if previous is not None and result.same_state(previous):
         return _up_to_date(result, previous, started)
-    if os.path.exists(output) and previous is None:
-        raise ConfigError(
-            f"output {output} exists and is not a compactlog restore (no {RESULT_FILE}); "
-            "choose another path or remove it"
-        )
     snapshot_dir, own_snapshot = _snapshot_for(source)
     try:
         manifest = read_manifest(snapshot_dir)
@@ -179,24 +172,161 @@ def restore(
             value_schema=value_schema,
             num_partitions=partitions,
         )
-        if engine == "arrow":
-            from ..restore.arrow_restore import write_arrow_table
-
-            def fill(directory: str) -> int:
-                return write_arrow_table(read, directory, format)
-
-        else:
-            session = spark if spark is not None else _session(master, progress)
-
-            def fill(directory: str) -> int:
-                return _write_with_spark(session, read, directory, format)
-
+        fill = _engine_fill(engine, read, format, spark, master, progress)
         result.rows = _replace_output(output, fill, result, started, engine_started)
     finally:
         if own_snapshot:
             shutil.rmtree(snapshot_dir, ignore_errors=True)
     result.seconds = time.perf_counter() - started
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What the user asked of a restore, beside its source, output and engine."""
+
+    format: str
+    as_of: int | None
+    value_format: str | None
+    value_schema: str | None
+    master: str | None
+    partitions: int | None
+    spark: Any
+    progress: bool | None
+
+
+def _restore_archive(
+    url: str, output: str, job: _Job, engine: str, started: float
+) -> RestoreResult:
+    """:func:`restore` of an archive URL (``s3://bucket/prefix``, docs/archive.md).
+
+    The state is a manifest: the newest, or with ``as_of`` the newest ending at or before
+    it (an exact state, so ``allow_inexact`` has nothing to allow), pinned while the
+    restore runs. The archive *has not moved* when that manifest's end offset is the one
+    ``_compactlog.json`` records for this URL: a newer manifest with the same end offset
+    (a compaction pushed) holds the same latest value of every key, as a compacted log
+    does. ``archive_sequence`` records which manifest was read.
+
+    The Spark engine reads the URL itself, ``archiveSequence`` naming that manifest: its
+    executors fetch the objects with the credentials of their own environment (a cluster
+    shares no disk with this process). The Arrow engine restores the same manifest into
+    a temporary directory beside the output first (``compactlog archive restore``), then
+    reads that log; both write the same table.
+    """
+    from ..archive import open_store
+    from ..archive.restore import pinned_manifest
+    from ..archive.restore import restore as restore_log
+    from ..restore.archive_read import config_value_format
+
+    store = open_store(url)
+    with pinned_manifest(store, as_of_offset=job.as_of) as manifest:
+        value_format = job.value_format or read_as(
+            config_value_format(manifest.meta), has_schema=job.value_schema is not None
+        )
+        _check_value_format(value_format, job.value_schema)
+        result = RestoreResult(
+            source=url,
+            output=output,
+            format=job.format,
+            end_offset=manifest.end_offset,
+            as_of=job.as_of,
+            rows=0,
+            value_format=value_format,
+            value_schema=job.value_schema,
+            engine=engine,
+            created_ms=time.time_ns() // 1_000_000,
+            partitions=job.partitions,
+            extra={"archive_sequence": manifest.sequence},
+        )
+        result.snapshot_seconds = time.perf_counter() - started
+        previous = _previous(output)
+        if previous is not None and result.same_state(previous):
+            return _up_to_date(result, previous, started)
+        if engine == "auto":
+            engine = choose_engine(
+                format=job.format,
+                value_schema=job.value_schema,
+                master=job.master,
+                spark=job.spark,
+                snapshot_bytes=manifest.total_bytes,
+            )
+        result.engine = engine
+        engine_started = time.perf_counter()
+        read = ReadOptions(
+            path=url,
+            archive_sequence=manifest.sequence,
+            value_format=value_format,
+            value_schema=job.value_schema,
+            num_partitions=job.partitions,
+        )
+        with ExitStack() as stack:
+            if engine == "arrow":
+                os.makedirs(os.path.dirname(output), exist_ok=True)
+                scratch = stack.enter_context(
+                    tempfile.TemporaryDirectory(
+                        prefix=".compactlog-archive-", dir=os.path.dirname(output)
+                    )
+                )
+                target = os.path.join(scratch, "log")
+                restore_log(store, target, sequence=manifest.sequence)
+                read = replace(read, path=target, archive_sequence=None)
+                result.snapshot_seconds = time.perf_counter() - started
+                engine_started = time.perf_counter()
+            fill = _engine_fill(engine, read, job.format, job.spark, job.master, job.progress)
+            result.rows = _replace_output(output, fill, result, started, engine_started)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _check_request(
+    format: str, engine: str, value_schema: str | None, master: str | None, spark: Any
+) -> None:
+    """Refuse, before reading anything, a format, an engine or an Arrow job that cannot be."""
+    if format not in FORMATS:
+        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "arrow":
+        _check_arrow_job(format, value_schema, master, spark)
+
+
+def _check_value_format(value_format: str, value_schema: str | None) -> None:
+    problem = json_schema_problem(value_format, value_schema)
+    if problem == "schema":
+        raise ConfigError("value_format='json' needs value_schema (a DDL string)")
+    if problem == "format":
+        raise ConfigError(
+            f"value_schema needs value_format='json' (the values are read as {value_format})"
+        )
+
+
+def _previous(output: str) -> dict[str, Any] | None:
+    """The record of the restore that wrote ``output``; refuses an output that exists and
+    is not a restore's."""
+    previous = read_result(output)
+    if os.path.exists(output) and previous is None:
+        raise ConfigError(
+            f"output {output} exists and is not a compactlog restore (no {RESULT_FILE}); "
+            "choose another path or remove it"
+        )
+    return previous
+
+
+def _engine_fill(
+    engine: str,
+    read: ReadOptions,
+    format: str,
+    spark: Any,
+    master: str | None,
+    progress: bool | None,
+) -> Callable[[str], int]:
+    """``fill(directory) -> rows``: the engine writing the table that ``read`` reads."""
+    if engine == "arrow":
+        from ..restore.arrow_restore import write_arrow_table
+
+        return lambda directory: write_arrow_table(read, directory, format)
+    session = spark if spark is not None else _session(master, progress)
+    return lambda directory: _write_with_spark(session, read, directory, format)
 
 
 def _up_to_date(result: RestoreResult, previous: dict[str, Any], started: float) -> RestoreResult:
@@ -361,6 +491,8 @@ def _write_with_spark(spark: Any, read: ReadOptions, directory: str, format: str
         reader = reader.option("valueSchema", read.value_schema)
     if read.as_of is not None:
         reader = reader.option("asOfOffset", str(read.as_of))
+    if read.archive_sequence is not None:
+        reader = reader.option("archiveSequence", str(read.archive_sequence))
     if read.allow_inexact:
         reader = reader.option("allowInexact", "true")
     if read.num_partitions is not None:

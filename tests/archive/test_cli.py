@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from ..test_cli import SCRIPT, run
+import compactlog
+
+from ..test_cli import SCRIPT, one_error_line, run
 from .helpers import Model, new_log, state_of
 
 
@@ -146,5 +148,31 @@ def test_restore_to_parquet_straight_from_an_archive(tmp_path, source, s3_url):
     table = pq.read_table(out)
     got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
     assert got == model.state()
-    refused = run("restore", s3_url, "--to", tmp_path / "x", "--master", "spark://h:7077", check=2)
-    assert "spark.read.format('compactlog').load(URL)" in refused.stderr
+    # the record names the archive and its manifest; the archive has not moved: nothing to do
+    record = json.loads((out / "_compactlog.json").read_text())
+    assert record["source"] == s3_url and record["archive_sequence"] == 0
+    assert record["end_offset"] == done["end_offset"]
+    again = json.loads(run("restore", s3_url, "--to", out, "--engine", "arrow", "--json").stdout)
+    assert again["skipped"] is True and again["rows"] == done["rows"]
+    # a new manifest with new records moves it
+    log = compactlog.open(path)
+    model.append(log, random.Random(5), 50)
+    log.close()
+    run("archive", "push", path, s3_url)
+    moved = json.loads(run("restore", s3_url, "--to", out, "--engine", "arrow", "--json").stdout)
+    assert moved["skipped"] is False and moved["archive_sequence"] == 1
+    assert moved["end_offset"] > done["end_offset"]
+    table = pq.read_table(out)
+    got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    assert got == model.state()
+
+
+def test_restore_refuses_a_url_that_is_no_archive_and_an_empty_archive(tmp_path, s3_url):
+    unknown = one_error_line(run("restore", "ftp://host/logs", "--to", tmp_path / "o", check=2))
+    assert "unsupported URL scheme 'ftp'" in unknown and "s3://" in unknown
+    plain = one_error_line(run("restore", f"file://{tmp_path}", "--to", tmp_path / "o", check=2))
+    assert "no manifests/" in plain and "plain path" in plain
+    for engine in ("arrow", "spark"):
+        empty = run("restore", s3_url, "--to", tmp_path / "o", "--engine", engine, check=1)
+        assert "the archive holds no manifest" in one_error_line(empty)
+    assert not (tmp_path / "o").exists()

@@ -8,126 +8,31 @@ local session); the master and the worker are stopped by their process ids at th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
 import compactlog
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spark_class() -> str:
-    import pyspark
-
-    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
-
-
-def alive_workers(ui_port: int) -> int:
-    """The master's count of alive workers; 0 while its web UI is not answering JSON yet.
-
-    Once in CI, ``/json/`` was answered with the ``/`` page's HTML, most likely while the
-    master's UI was still attaching its pages; that is "not ready", as a refused connection is.
-    """
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
-            return int(json.load(r).get("aliveworkers", 0))
-    except (OSError, ValueError):
-        return 0
-
-
-@contextlib.contextmanager
-def standalone_cluster(workdir: Path):
-    """A master and one worker (2 cores, 1 GiB) on 127.0.0.1; yields the master URL."""
-    import pyspark
-
-    port, ui_port, worker_ui = free_port(), free_port(), free_port()
-    env = dict(
-        os.environ,
-        SPARK_HOME=os.path.dirname(pyspark.__file__),
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_DAEMON_MEMORY="256m",
-        PYSPARK_PYTHON=sys.executable,
-    )
-    url = f"spark://127.0.0.1:{port}"
-    logs = [open(workdir / name, "wb") for name in ("master.log", "worker.log")]  # noqa: SIM115
-    commands = [
-        [
-            spark_class(),
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(ui_port),
-        ],
-        [
-            spark_class(),
-            "org.apache.spark.deploy.worker.Worker",
-            url,
-            "--host",
-            "127.0.0.1",
-            "--webui-port",
-            str(worker_ui),
-            "--cores",
-            "2",
-            "--memory",
-            "1g",
-            "--work-dir",
-            str(workdir / "work"),
-        ],
-    ]
-    processes = []
-    try:
-        for command, out in zip(commands, logs, strict=True):
-            processes.append(subprocess.Popen(command, env=env, stdout=out, stderr=out))
-        deadline = time.monotonic() + 120
-        while alive_workers(ui_port) < 1:
-            assert time.monotonic() < deadline, (workdir / "worker.log").read_text()[-3000:]
-            assert all(p.poll() is None for p in processes), "the master or worker exited"
-            time.sleep(0.5)
-        yield url
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for out in logs:
-            out.close()
-
+from .cluster import REPO, standalone_cluster
 
 JOB = textwrap.dedent(
     """
     import json, sys
     import compactlog
     from compactlog.spark.session import local_session
+    from tests.spark.cluster import QUICK_JVM_CONF
     from compactlog.cli.main import main as compactlog_cli
 
     master, work = sys.argv[1], sys.argv[2]
     log, out, sink = work + "/log", work + "/restored", work + "/changes"
     spark = local_session(master, app_name="compactlog cluster test", config={
         "spark.executor.memory": "512m", "spark.executor.cores": "2",
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": "false", **QUICK_JVM_CONF,
     })
     result = {"master": spark.sparkContext.master}
 
@@ -165,7 +70,8 @@ JOB = textwrap.dedent(
 def test_writer_reader_stream_and_restore_on_a_standalone_cluster(tmp_path):
     work = tmp_path / "shared"
     (work / "work").mkdir(parents=True)
-    with standalone_cluster(work) as url:
+    with standalone_cluster(work) as cluster:
+        url = cluster.url
         done = subprocess.run(
             [sys.executable, "-c", JOB, url, str(work)],
             capture_output=True,

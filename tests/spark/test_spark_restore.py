@@ -231,3 +231,59 @@ def test_an_up_to_date_restore_reports_the_engine_that_wrote_it(tmp_path):
     again = restore(tmp_path / "log", tmp_path / "out", engine="arrow")
     assert (first.engine, first.skipped) == ("arrow", False)
     assert (again.engine, again.skipped) == ("arrow", True)
+
+
+def test_an_archive_restores_to_one_table_with_either_engine(spark, tmp_path):
+    """``restore(URL)``: the Spark engine reads the archive itself (``archiveSequence``
+    naming the manifest the driver pinned), the Arrow engine a local copy of that manifest;
+    the same table, recorded under the URL; the archive has not moved until a push with new
+    records, and ``as_of`` picks an older manifest."""
+    from compactlog.archive import open_store
+    from compactlog.archive.push import push_once
+
+    url = f"file://{tmp_path}/archive"
+    ops = build_log(tmp_path / "log", records=1500, keys=90)
+    first = push_once(str(tmp_path / "log"), open_store(url)).end_offset
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"customer-%04d" % i, b"late-%d" % i) for i in range(0, 90, 3)])
+        ops.extend((b"customer-%04d" % i, b"late-%d" % i) for i in range(0, 90, 3))
+    push_once(str(tmp_path / "log"), open_store(url))
+    results = {
+        engine: restore(
+            url, tmp_path / engine, engine=engine, spark=spark if engine == "spark" else None
+        )
+        for engine in ("spark", "arrow")
+    }
+    assert results["spark"].rows == results["arrow"].rows == len(model(ops))
+    names = ["key", "value", "offset", "timestamp", "headers"]
+    spark_table = engine_table(tmp_path / "spark", "parquet", names)
+    assert spark_table.equals(engine_table(tmp_path / "arrow", "parquet", names))
+    got = dict(zip(spark_table["key"].to_pylist(), spark_table["value"].to_pylist(), strict=True))
+    assert got == model(ops)
+    for engine in ("spark", "arrow"):
+        document = json.loads((tmp_path / engine / RESULT_FILE).read_bytes())
+        assert document["source"] == url and document["archive_sequence"] == 1
+        assert document["end_offset"] == len(ops) and document["engine"] == engine
+    assert restore(url, tmp_path / "spark", spark=spark).skipped  # not moved
+    old = restore(url, tmp_path / "old", as_of=first + 10, spark=spark)
+    assert old.end_offset == first and old.extra["archive_sequence"] == 0
+    old_rows = spark.read.parquet(str(tmp_path / "old")).collect()
+    assert {bytes(r.key): bytes(r.value) for r in old_rows} == model(ops, first)
+    by_sequence = spark.read.format("compactlog").option("archiveSequence", 0).load(url)
+    assert sorted(by_sequence.collect()) == sorted(old_rows)
+
+
+def test_an_archive_reads_as_the_value_format_its_log_declares(spark, tmp_path):
+    from compactlog.archive import open_store
+    from compactlog.archive.push import push_once
+
+    url = f"file://{tmp_path}/archive"
+    with compactlog.open(tmp_path / "log", value_format="str") as log:
+        log.append(b"k", "héllo")
+    push_once(str(tmp_path / "log"), open_store(url))
+    row = spark.read.format("compactlog").load(url).collect()[0]
+    assert row.value == "héllo"
+    assert restore(url, tmp_path / "out", spark=spark).value_format == "string"
+    missing = spark.read.format("compactlog").option("archiveSequence", 7).load(url)
+    with pytest.raises(Exception, match="the archive holds no manifest 7"):
+        missing.collect()
