@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,6 +56,15 @@ def archiver_for(reader, store, *, threads: int = 1) -> Archiver:
     return archiver
 
 
+def stoppable(source, url: str, stop_after: int | None):
+    """The log at ``source`` opened read-only, and an archiver of it to ``url`` whose store
+    requests the stop at the ``stop_after``-th object put."""
+    reader = compactlog.open(source, read_only=True)
+    plan = StopAfterPuts(stop_after)
+    store = FaultyStore(open_store(url), plan)
+    return reader, plan, store, archiver_for(reader, store)
+
+
 def check_restore(store, manifest, source_records, model, tmp_path) -> None:
     """The committed manifest restores to exactly the log's records below its end."""
     target = tmp_path / f"restored-{manifest.sequence}"
@@ -75,10 +85,7 @@ def test_a_stopped_round_commits_the_complete_prefix_and_the_next_ships_the_rest
     model = Model()
     log = new_log(tmp_path / "source")
     append_distinct(log, model, range(400))  # about 20 segments of 4 KiB
-    reader = compactlog.open(tmp_path / "source", read_only=True)
-    plan = StopAfterPuts(5)
-    store = FaultyStore(open_store(any_url), plan)
-    archiver = archiver_for(reader, store)
+    reader, plan, store, archiver = stoppable(tmp_path / "source", any_url, 5)
     try:
         result = archiver.push(plan.event.is_set)
         assert result.stopped and result.manifest is not None
@@ -119,10 +126,7 @@ def test_a_stopped_round_never_commits_a_prefix_below_the_cleaner_point(tmp_path
     append_distinct(log, model, range(300), size=201)
     append_distinct(log, model, range(300, 320))
     log.compact(force=True)
-    reader = compactlog.open(tmp_path / "source", read_only=True)
-    plan = StopAfterPuts(1)
-    store = FaultyStore(open_store(memory_url), plan)
-    archiver = archiver_for(reader, store)
+    reader, plan, store, archiver = stoppable(tmp_path / "source", memory_url, 1)
     try:
         result = archiver.push(plan.event.is_set)
         assert result.stopped and result.manifest is None  # nothing consistent to commit
@@ -163,10 +167,7 @@ def test_partial_commits_restore_to_the_log_below_their_end(tmp_path_factory, st
     model = Model()
     source = tmp_path / "source"
     log = new_log(source)
-    reader = compactlog.open(source, read_only=True)
-    plan = StopAfterPuts(None)
-    store = FaultyStore(open_store(f"memory://partial-{seed}-{id(steps)}"), plan)
-    archiver = archiver_for(reader, store)
+    reader, plan, store, archiver = stoppable(source, f"memory://partial-{uuid.uuid4().hex}", None)
     newest_end = 0
     try:
         for count, compact, stop_after in [*steps, (1, False, None)]:
