@@ -232,9 +232,8 @@ class Archiver:
         with ThreadPoolExecutor(self.threads, thread_name_prefix="archive-upload") as pool:
             try:
                 for segment in view.segments:
-                    if not shipped.stopped and stopping():
+                    if segment.fd >= 0 and stopping():
                         shipped.stopped = True
-                    if shipped.stopped and segment.fd >= 0:
                         break  # 5. reads nothing more once stopped
                     entry, uploads = self._segment_entry(segment, known.get(segment.base))
                     if entry is None:
@@ -252,7 +251,7 @@ class Archiver:
                             done, size = pending.pop(0)
                             done.result()
                             in_flight -= size
-                if shipped.stopped or stopping():
+                if stopping():
                     for done, _size in pending:
                         done.cancel()  # dropped if not started yet; a running one finishes
                 for done, size in submitted:
