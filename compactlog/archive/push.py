@@ -158,10 +158,10 @@ class Archiver:
         ):
             # the log lost offsets the archive holds (repaired, restored from older data):
             # start over in a new generation rather than pretend continuity
-            new_generation = True
+            new_generation, known = True, {}
             view = local.capture(self.log, lambda *a: True, log_id=self.log_id)
             try:
-                shipped = self._ship(view, {}, stop)
+                shipped = self._ship(view, known, stop)
             finally:
                 view.close()
         entries = _complete_prefix(shipped.planned, known, self.uploaded)
