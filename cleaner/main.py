@@ -273,7 +273,7 @@ def serve(config: ServiceConfig, *, once: bool, force: bool = False) -> int:
             cleaner.extra_state["archive"] = jobs.document
         code = _run_until_stopped(cleaner, config, stop)
         if jobs is not None:
-            jobs.join(config.grace_seconds)  # each job finishes its round and commits
+            jobs.join(config.grace_seconds)  # each job cuts its round short, then commits
         return code
     finally:
         if server is not None:

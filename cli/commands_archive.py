@@ -112,8 +112,9 @@ def archive() -> None:
 )
 @json_option
 def run(path: str, url: str, interval: str, retention: str, as_json: bool) -> int:
-    """Archive the log at PATH to URL until stopped (SIGTERM: the round in flight finishes
-    and commits, then it exits 0). One line per commit, prune and failure."""
+    """Archive the log at PATH to URL until stopped (SIGTERM: the round in flight starts no
+    new upload, waits for the running ones, commits what they complete when it is a
+    consistent view, then it exits 0). One line per commit, prune and failure."""
     from compactlog.archive.run import run as run_loop
 
     interval_ms = parse_duration_ms(interval, what="--interval")

@@ -42,6 +42,7 @@ class PushResult:
     end_offset: int = 0
     handed_out: int = 0
     seconds: float = 0.0
+    stopped: bool = False  # a stop request cut the round short (step 5)
 
     @property
     def lag_records(self) -> int:
@@ -59,6 +60,7 @@ class PushResult:
             "end_offset": self.end_offset,
             "lag_records": self.lag_records,
             "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
         }
 
 
@@ -94,8 +96,8 @@ class Archiver:
     def stop(self) -> None:
         self.lease.release()
 
-    def push(self) -> PushResult:
-        """One round. Commit protocol:
+    def push(self, stop: Callable[[], bool] | None = None) -> PushResult:
+        """One round; ``stop()`` turning true cuts it short (step 5). Commit protocol:
 
         1. Renew the lease (:class:`LeaseLostError` if another archiver took it).
         2. Read the newest manifest. When it is of another log (``archive.id``), or holds
@@ -104,16 +106,30 @@ class Archiver:
         3. Holding the cleaner lock for milliseconds, take the durable view: list the
            segments, read the sync point and the head, ``meta`` and the cleaner point, and
            open the segments whose bytes this round reads (``local.capture``).
-        4. For each segment: unchanged since the last manifest (same file, same size) is
-           named again as it is; a segment that only grew (the same file: the active one,
-           or one sealed since, its archived bytes checked) ships the new bytes as one more
-           object; anything else (new, or a cleaned rewrite) ships whole. Every byte
-           shipped is checked batch by batch first (``local.check_piece``: a torn end
-           waits for the next round, corruption stops the round naming file and byte).
-        5. Upload the objects in parallel; each is complete once its put returns. A failed
-           upload fails the round before anything is committed: no manifest ever names an
-           object that is not complete. The next round (or process) skips objects already
-           uploaded.
+        4. For each segment, in segment order: unchanged since the last manifest (same
+           file, same size) is named again as it is; a segment that only grew (the same
+           file: the active one, or one sealed since, its archived bytes checked) ships the
+           new bytes as one more object; anything else (new, or a cleaned rewrite) ships
+           whole. Every byte shipped is checked batch by batch first (``local.check_piece``:
+           a torn end waits for the next round, corruption stops the round naming file and
+           byte).
+        5. Upload the objects in parallel, in segment order; each is complete once its put
+           returns. A failed upload fails the round before anything is committed: no
+           manifest ever names an object that is not complete. The next round (or process)
+           skips objects already uploaded. A stop request (``stop()``) ends the submitting:
+           no segment is read and no upload started after it, queued uploads are dropped,
+           and only the uploads already running are waited for. The round then names the
+           **complete prefix** of the view (``_complete_prefix``): its segments in order up
+           to the first whose object is not complete (segments needing no upload count as
+           complete), plus that segment's previously archived bytes when it only grew. It
+           is the log cut at the prefix's end: a consistent view only if the end is at or
+           past the cleaner point (below it a cleaned segment may lack a record whose
+           successor lies past the cut, and the checkpoint may name offsets past it), and
+           committed only if the end is also at or past the newest manifest's (the archive
+           never goes back within a generation). Otherwise nothing is committed; the
+           complete objects are found again by the next process's ``HEAD``s. ``meta``, the
+           cleaner checkpoint and ``handed_out`` are the view's: offsets the log handed out
+           are never reused by a restore.
         6. If nothing changed, stop here. Otherwise renew the lease again if it is half
            gone, and put-if-absent ``manifests/<next sequence>.json``. Another manifest
            there means another archiver committed: :class:`LeaseLostError`, nothing is
@@ -130,21 +146,45 @@ class Archiver:
         # 3.
         view = local.capture(self.log, lambda *a: _needs_read(known, *a), log_id=self.log_id)
         try:
-            entries, shipped, shipped_bytes = self._ship(view, known)
+            shipped = self._ship(view, known, stop)
         finally:
             view.close()
-        end = max((e.end_offset for e in entries), default=0)
         new_generation = previous is None or not same_log
-        if previous is not None and same_log and end < previous.end_offset:
+        if (
+            previous is not None
+            and same_log
+            and not shipped.stopped
+            and shipped.end < previous.end_offset
+        ):
             # the log lost offsets the archive holds (repaired, restored from older data):
             # start over in a new generation rather than pretend continuity
-            new_generation = True
-            entries, shipped, shipped_bytes = self._ship_all_again()
-            end = max((e.end_offset for e in entries), default=0)
+            new_generation, known = True, {}
+            view = local.capture(self.log, lambda *a: True, log_id=self.log_id)
+            try:
+                shipped = self._ship(view, known, stop)
+            finally:
+                view.close()
+        entries = _complete_prefix(shipped.planned, known, self.uploaded)
+        end = max((e.end_offset for e in entries), default=0)
         cleaner_point = int((view.cleaner or {}).get("first_dirty_offset", 0))
         result = PushResult(
-            None, shipped, shipped_bytes, new_generation, end, max(view.handed_out, end)
+            None,
+            shipped.objects,
+            shipped.bytes,
+            new_generation,
+            end,
+            max(view.handed_out, end),
+            stopped=shipped.stopped,
         )
+        if shipped.stopped and not (
+            entries
+            and end >= cleaner_point
+            and (new_generation or previous is None or end >= previous.end_offset)
+        ):
+            # 5. cut short with no consistent prefix worth committing
+            result.end_offset = previous.end_offset if same_log and previous else 0
+            result.seconds = time.perf_counter() - started
+            return result
         candidate = Manifest(
             sequence=previous.sequence + 1 if previous is not None else 0,
             generation=(
@@ -177,55 +217,70 @@ class Archiver:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _ship_all_again(self) -> tuple[list[SegmentEntry], int, int]:
-        view = local.capture(self.log, lambda *a: True, log_id=self.log_id)
-        try:
-            return self._ship(view, {})
-        finally:
-            view.close()
-
     def _ship(
-        self, view: local.DurableView, known: dict[int, SegmentEntry]
-    ) -> tuple[list[SegmentEntry], int, int]:
+        self,
+        view: local.DurableView,
+        known: dict[int, SegmentEntry],
+        stop: Callable[[], bool] | None,
+    ) -> _Shipped:
         """Steps 4 and 5."""
-        entries: list[SegmentEntry] = []
-        pending: list[tuple[Future[None], int]] = []
-        shipped = shipped_bytes = 0
+        stopping = stop or _never
+        shipped = _Shipped()
+        pending: list[tuple[Future[bool], int]] = []
+        submitted: list[tuple[Future[bool], int]] = []
         in_flight = 0
         with ThreadPoolExecutor(self.threads, thread_name_prefix="archive-upload") as pool:
             try:
                 for segment in view.segments:
+                    if segment.fd >= 0 and stopping():
+                        shipped.stopped = True
+                        break  # 5. reads nothing more once stopped
                     entry, uploads = self._segment_entry(segment, known.get(segment.base))
-                    if entry is not None:
-                        entries.append(entry)
+                    if entry is None:
+                        continue
+                    key = uploads[0][0] if uploads else None
+                    shipped.planned.append((entry, key))
                     for key, data in uploads:
                         if key in self.uploaded:
                             continue
-                        shipped += 1
-                        shipped_bytes += len(data)
                         in_flight += len(data)
-                        pending.append((pool.submit(self._upload, key, data), len(data)))
+                        task = pool.submit(self._upload, key, data, stopping)
+                        pending.append((task, len(data)))
+                        submitted.append((task, len(data)))
                         while in_flight > IN_FLIGHT_BYTES and pending:
                             done, size = pending.pop(0)
                             done.result()
                             in_flight -= size
-                for done, _size in pending:
-                    done.result()
+                if stopping():
+                    for done, _size in pending:
+                        done.cancel()  # dropped if not started yet; a running one finishes
+                for done, size in submitted:
+                    if not done.cancelled() and done.result():
+                        shipped.objects += 1
+                        shipped.bytes += size
             except BaseException:
                 for done, _size in pending:
                     done.cancel()
                 raise
+        shipped.stopped = shipped.stopped or any(
+            key is not None and key not in self.uploaded for _entry, key in shipped.planned
+        )
         self.resumed = True
-        return entries, shipped, shipped_bytes
+        return shipped
 
-    def _upload(self, key: str, data: bytes) -> None:
+    def _upload(self, key: str, data: bytes, stop: Callable[[], bool]) -> bool:
+        """Upload one object (``True``), or find it already there on a first round, or
+        skip it when the round was stopped before it started (``False``: not uploaded)."""
+        if stop():
+            return False
         if not self.resumed:
             info = self.store.head(key)
             if info is not None and info.size == len(data):
                 self.uploaded.add(key)
-                return
+                return False
         self.store.put(key, data)
         self.uploaded.add(key)
+        return True
 
     def _segment_entry(
         self, segment: local.DurableSegment, known: SegmentEntry | None
@@ -273,6 +328,47 @@ class Archiver:
             (ref,),
         )
         return entry, [(ref.key, piece)]
+
+
+@dataclass(slots=True)
+class _Shipped:
+    """Steps 4 and 5 of a round: every segment planned (its entry in the next manifest, and
+    the key of the object it waits for, if any), what was uploaded, and whether a stop
+    request left some of it undone."""
+
+    planned: list[tuple[SegmentEntry, str | None]] = field(default_factory=list)
+    objects: int = 0
+    bytes: int = 0
+    stopped: bool = False
+
+    @property
+    def end(self) -> int:
+        return max((entry.end_offset for entry, _key in self.planned), default=0)
+
+
+def _never() -> bool:
+    return False
+
+
+def _complete_prefix(
+    planned: list[tuple[SegmentEntry, str | None]],
+    known: dict[int, SegmentEntry],
+    uploaded: set[str],
+) -> list[SegmentEntry]:
+    """Step 5: the planned entries, in segment order, up to the first whose object is not
+    complete; that segment too, as it was archived before, when it only grew (its old
+    bytes are a prefix of the file's: the log cut at a batch boundary). All of them when
+    the round was not cut short."""
+    prefix: list[SegmentEntry] = []
+    for entry, key in planned:
+        if key is None or key in uploaded:
+            prefix.append(entry)
+            continue
+        before = known.get(entry.base)
+        if before is not None and entry.objects[:-1] == before.objects:
+            prefix.append(before)
+        break
+    return prefix
 
 
 def _object(base: int, start: int, data: bytes) -> ObjectRef:

@@ -14,10 +14,20 @@ class FaultyProxy:
     """Forwards 127.0.0.1:<port> to ``target``. Every chunk a client sends (a request, or
     part of an upload) meets a fault with probability ``fault_rate``: ``drop`` (both
     connections closed), ``reset`` (both reset: RST) or ``delay`` (0.3 s, then forwarded).
-    Clients keep connections alive, so faults are drawn per chunk, not per connection."""
+    Clients keep connections alive, so faults are drawn per chunk, not per connection.
+    ``bytes_per_second`` (with ``fault_rate=0``: a slow link, not a faulty one) paces what
+    each connection sends upstream: a slow upload whose duration tests can bound."""
 
-    def __init__(self, target: tuple[str, int], *, seed: int = 0, fault_rate: float = 0.3):
+    def __init__(
+        self,
+        target: tuple[str, int],
+        *,
+        seed: int = 0,
+        fault_rate: float = 0.3,
+        bytes_per_second: float | None = None,
+    ):
         self.target = target
+        self.bytes_per_second = bytes_per_second
         self.rng = random.Random(seed)
         self.fault_rate = fault_rate
         self.faults = 0
@@ -79,6 +89,8 @@ class FaultyProxy:
                         return
                     if fate == "delay":
                         time.sleep(0.3)
+                    if faulty and self.bytes_per_second:
+                        time.sleep(len(data) / self.bytes_per_second)
                     sink.sendall(data)
             except OSError:
                 pass
