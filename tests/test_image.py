@@ -348,3 +348,5 @@ def test_the_cleaner_archives_to_the_bucket_and_spark_restores_from_it_with_no_l
     table = read_table("/data/tables/payments.parquet")
     assert dict(table["rows"]) == model(records)
     assert len(table["rows"]) == len(model(records))  # one row per live key
+    assert table["info"]["rows"] == len(model(records))
+    assert table["info"]["source"] == url  # compactlog restore's record names the archive
