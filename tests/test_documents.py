@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactlog.archive.errors import ArchiveError
 from compactlog.archive.manifest import Manifest
 from compactlog.encoding.documents import DocumentKind, decode_document
 from compactlog.engine.snapshot import MANIFEST, read_manifest
-from compactlog.errors import SnapshotError
+from compactlog.errors import ArchiveError, SnapshotError
 from compactlog.log import open_log
 
 KIND = DocumentKind("thing.json", "compactlog-thing", "thing_version", 2, "a compactlog thing")

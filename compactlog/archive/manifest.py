@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..encoding.documents import DocumentKind, decode_document
-from .errors import ArchiveError, NoManifestError, StoreError
+from ..errors import ArchiveError, NoManifestError, StoreError
 from .store import Store
 
 MANIFEST_MAGIC = "compactlog-archive"

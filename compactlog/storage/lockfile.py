@@ -11,16 +11,9 @@ from __future__ import annotations
 import fcntl
 import os
 
+from ..errors import LockHeld
+
 HOLDER_BYTES = 64  # a stamp is ``pid N`` and maybe a word: read no more
-
-
-class LockHeld(Exception):
-    """Another process holds the lock; ``holder`` is its stamp (empty if none yet)."""
-
-    def __init__(self, path: str, holder: str) -> None:
-        super().__init__(f"{path} is locked by {holder or 'another process'}")
-        self.path = path
-        self.holder = holder
 
 
 def lock(path: str, *, wait: bool = False, shared: bool = False, note: str = "") -> int:
