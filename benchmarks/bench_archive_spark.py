@@ -16,14 +16,13 @@ import json
 import os
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from compactlog.archive import open_store
 from compactlog.archive.push import push_once
 
-from .bench_archive import archive_url
+from .archive_store import add_store_options, archive_store
 from .bench_spark import build_log
 
 
@@ -69,20 +68,13 @@ def run(url: str, records: int, repeat: int, scratch: Path, say=print) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=None, help="archive URL prefix (default: file://)")
-    parser.add_argument("--seaweed", action="store_true", help="start weed mini and use it")
+    add_store_options(parser)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-archive-spark-"))
-    server = None
-    try:
-        url, server = archive_url(args.seaweed, args.url, scratch / "store")
-        print(json.dumps(run(url, args.records, args.repeat, scratch), indent=2))
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+    with archive_store(args, "bench-archive-spark-") as (url, scratch):
+        result = run(url, args.records, args.repeat, scratch)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

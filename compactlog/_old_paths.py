@@ -2,7 +2,10 @@
 
 ``import compactlog.subscriber`` (or ``.serde``, ``.aio``, ``.invariants``) keeps working:
 the name is an alias of the module's new home, imported on first use. Modules users were
-never told to import have no alias. Installed by ``compactlog/__init__.py``.
+never told to import have no alias, but for ``compactlog.archive.errors``, whose classes
+moved into ``compactlog.errors`` with every other exception of the library (code written
+against the archive's first release imported them from there). Installed by
+``compactlog/__init__.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from types import ModuleType
 
 OLD_PATHS = {
     "compactlog.aio": "compactlog.engine.aio",
+    "compactlog.archive.errors": "compactlog.errors",
     "compactlog.invariants": "compactlog.engine.invariants",
     "compactlog.serde": "compactlog.encoding.serde",
     "compactlog.subscriber": "compactlog.engine.subscriber",

@@ -272,6 +272,45 @@ class SparkUnavailableError(CompactLogError):
     """Spark cannot start here (pyspark not installed, or no ``java``)."""
 
 
+# -- the archive (compactlog/archive/, docs/archive.md) -----------------------------------
+# Each names the object, the lease holder or the archive URL at fault, so that the CLI's one
+# line is enough to act on.
+
+
+class ArchiveError(CompactLogError):
+    """Base of the archive's errors (``path`` is the archive URL or the object's key)."""
+
+
+class StoreError(ArchiveError):
+    """The object store failed a request even after its retries (network, 5xx, timeout,
+    credentials): nothing was committed; the next round tries again."""
+
+
+class ObjectMissingError(ArchiveError):
+    """An object a manifest names is not in the store."""
+
+
+class ObjectCorruptError(ArchiveError):
+    """An object's bytes do not match the size and checksum its manifest records."""
+
+
+class LeaseHeldError(ArchiveError):
+    """Another archiver holds the archive's lease (the message names host, pid, since)."""
+
+
+class LeaseLostError(ArchiveError):
+    """This archiver's lease was taken over (it expired): it must stop committing."""
+
+
+class NoManifestError(ArchiveError):
+    """The archive holds no manifest (or none at or before the requested point)."""
+
+
+class RestoreTargetError(ArchiveError):
+    """A restore target that is not empty and not an earlier, interrupted restore of the
+    same manifest."""
+
+
 # -- internal signals: caught inside the library, never raised to a caller ------------------
 
 
@@ -288,6 +327,16 @@ class WriteFailed(Exception):
         self.group = ""  # "segments A..B", when a group was being written
         self.rollback: list[str] = []
         super().__init__(f"{operation} {path}: {error}")
+
+
+class LockHeld(Exception):
+    """Another process holds a lock file (``storage/lockfile.py``); ``holder`` is its stamp
+    (empty if none yet). Each caller turns it into its own error naming what is locked."""
+
+    def __init__(self, path: str, holder: str) -> None:
+        super().__init__(f"{path} is locked by {holder or 'another process'}")
+        self.path = path
+        self.holder = holder
 
 
 class Aborted(Exception):

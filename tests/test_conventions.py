@@ -4,12 +4,15 @@ read-only open that can wait for a log another process has yet to create."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import subprocess
 import sys
 import textwrap
 import time
 import types
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +105,7 @@ def test_wait_is_refused_on_an_open_that_creates(tmp_path):
         ("compactlog.aio", "wait_until"),
         ("compactlog.invariants", "check"),
         ("compactlog.table", "Table"),
+        ("compactlog.archive.errors", "ArchiveError"),
     ],
 )
 def test_module_paths_the_docs_gave_still_import(old, attribute):
@@ -113,3 +117,46 @@ def test_module_paths_the_docs_gave_still_import(old, attribute):
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_archives_errors_are_the_ones_of_the_exception_tree():
+    from compactlog.archive import errors as old_home
+
+    assert old_home.ArchiveError is compactlog.errors.ArchiveError
+    assert issubclass(compactlog.errors.LeaseLostError, compactlog.CompactLogError)
+
+
+def _exception_classes(tree: ast.Module, known: set[str]) -> list[ast.ClassDef]:
+    """The classes of ``tree`` with a base among ``known`` (``lockfile.LockHeld`` counts as
+    ``LockHeld``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = {getattr(b, "id", None) or getattr(b, "attr", None) for b in node.bases}
+            if bases & known:
+                found.append(node)
+    return found
+
+
+def test_every_exception_class_of_the_library_is_in_errors_py():
+    """One small exception tree (the house style): every exception class of the
+    library (``compactlog/``, the archive included) is defined in ``compactlog/errors.py``,
+    where a reader sees the whole tree; a class private to one module (``_Name``, never
+    raised to a caller) may stay beside the code that catches it."""
+    package = Path(compactlog.__file__).parent
+    trees = {path: ast.parse(path.read_text()) for path in sorted(package.rglob("*.py"))}
+    known = {name for name, value in vars(builtins).items() if isinstance(value, type)}
+    known = {name for name in known if issubclass(getattr(builtins, name), BaseException)}
+    while True:  # subclasses of subclasses, across modules
+        more = {c.name for tree in trees.values() for c in _exception_classes(tree, known)}
+        if more <= known:
+            break
+        known |= more
+    elsewhere = [
+        f"{path.relative_to(package.parent)}:{node.lineno} {node.name}"
+        for path, tree in trees.items()
+        if path != package / "errors.py"
+        for node in _exception_classes(tree, known)
+        if not node.name.startswith("_")
+    ]
+    assert not elsewhere, "exception classes outside compactlog/errors.py: " + ", ".join(elsewhere)

@@ -82,3 +82,28 @@ def test_pid_alive():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(timeout=60)
     assert not lockfile.pid_alive(child.pid)
+
+
+def test_a_lock_file_unlinked_before_its_flock_is_opened_again(tmp_path, monkeypatch):
+    """A holder may unlink its lock file while holding it (``remove_subscriber``): a taker
+    that opened the file just before must not end up holding a lock on the orphan."""
+    path = str(tmp_path / "x.lock")
+    real_flock = lockfile.fcntl.flock
+    unlinked = []
+
+    def flock(fd: int, operation: int) -> None:
+        if not unlinked:  # the holder removes the file between our open and our flock
+            os.unlink(path)
+            unlinked.append(True)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(lockfile.fcntl, "flock", flock)
+    fd = lockfile.lock(path)
+    monkeypatch.undo()
+    try:
+        assert unlinked
+        assert os.fstat(fd).st_ino == os.stat(path).st_ino  # the file the path names
+        with pytest.raises(lockfile.LockHeld):
+            lockfile.lock(path)
+    finally:
+        lockfile.release(fd)

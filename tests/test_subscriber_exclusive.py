@@ -23,7 +23,8 @@ import pytest
 import compactlog
 from compactlog import LogClosedError, SubscriberBusyError, SubscriberError
 from compactlog.engine.subscriber import name_holder, set_committed
-from compactlog.storage import filenames
+from compactlog.engine.subscriber_names import _holder_of
+from compactlog.storage import filenames, lockfile
 
 
 def fill(log, count):
@@ -259,3 +260,16 @@ def test_two_processes_one_name_and_the_holder_killed_hard(log_dir):
             if child.poll() is None:
                 child.kill()
             child.wait(timeout=10)
+
+
+def test_an_empty_stamp_of_a_holder_is_read_again_by_a_subscriber(tmp_path):
+    """A holder writes its stamp a moment after its flock: a refused subscriber looks at
+    the file again rather than naming no pid."""
+    path = str(tmp_path / "x.lock")
+    fd = lockfile.lock(path)
+    try:
+        assert _holder_of(path, "") == os.getpid()
+        assert _holder_of(path, "pid 12 exclusive") == 12
+    finally:
+        lockfile.release(fd, clear=True)
+    assert _holder_of(path, "") is None

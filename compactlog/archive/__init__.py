@@ -9,7 +9,7 @@ read-only replica), ``verify`` and ``run`` (the foreground service loop).
 
 from __future__ import annotations
 
-from .errors import (
+from ..errors import (
     ArchiveError,
     LeaseHeldError,
     LeaseLostError,

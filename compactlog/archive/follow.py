@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ArchiveError
 from . import local
 from . import manifest as manifests
-from .errors import ArchiveError
 from .manifest import Manifest, SegmentEntry
 from .pins import Pin
 from .restore import PART_SUFFIX, fetch_object, restore

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import LeaseHeldError, LeaseLostError, ObjectMissingError
+from ..errors import LeaseHeldError, LeaseLostError, ObjectMissingError
 from .store import Store, now_ms
 
 LEASE_KEY = "lease.json"

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ArchiveError
 from ..storage import filenames
 from ..storage.head import LOCK_FILE_SIZE, Head, encode_head, read_log_head, read_sync_point
 from ..storage.segment import (
@@ -34,7 +35,6 @@ from ..storage.segment import (
     scan_segment,
     segment_path,
 )
-from .errors import ArchiveError
 
 LOG_ID_FILE = "archive.id"  # this log's identity for its archive (docs/archive.md)
 SEGMENT_HEADER_SIZE = HEADER_SIZE

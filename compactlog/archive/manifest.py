@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ArchiveError, NoManifestError, ObjectMissingError, StoreError
+from ..encoding.documents import DocumentKind, decode_document
+from ..errors import ArchiveError, NoManifestError, ObjectMissingError, StoreError
 from .store import Store
 
 MANIFEST_MAGIC = "compactlog-archive"
@@ -23,6 +24,9 @@ MANIFEST_VERSION = 1
 MANIFEST_PREFIX = "manifests/"
 OBJECT_PREFIX = "objects/"
 SEQUENCE_DIGITS = 20
+MANIFEST_KIND = DocumentKind(
+    "manifest", MANIFEST_MAGIC, "version", MANIFEST_VERSION, "a compactlog archive manifest"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,20 +146,7 @@ class Manifest:
 
     @classmethod
     def decode(cls, data: bytes, key: str) -> Manifest:
-        try:
-            document = json.loads(data)
-        except ValueError as error:
-            raise ArchiveError(f"manifest is not valid JSON ({error})", path=key) from None
-        if not isinstance(document, dict) or document.get("magic") != MANIFEST_MAGIC:
-            raise ArchiveError("not a compactlog archive manifest", path=key)
-        version = document.get("version")
-        if not isinstance(version, int) or version > MANIFEST_VERSION:
-            raise ArchiveError(
-                f"manifest version {version!r} is newer than this compactlog supports "
-                f"({MANIFEST_VERSION})",
-                path=key,
-            )
-        try:
+        def build(document: dict[str, Any]) -> Manifest:
             return cls(
                 sequence=int(document["sequence"]),
                 generation=int(document["generation"]),
@@ -170,10 +161,10 @@ class Manifest:
                 segments=[SegmentEntry.from_json(s) for s in document["segments"]],
                 archiver=dict(document.get("archiver") or {}),
             )
-        except (KeyError, TypeError, ValueError) as error:
-            raise ArchiveError(
-                f"manifest lacks a field or has a bad one ({error})", path=key
-            ) from None
+
+        return decode_document(
+            data, MANIFEST_KIND, build, lambda message: ArchiveError(message, path=key)
+        )
 
 
 def manifest_key(sequence: int) -> str:

@@ -19,7 +19,7 @@ import threading
 import uuid
 from typing import Any
 
-from .errors import ArchiveError, ObjectMissingError
+from ..errors import ArchiveError, ObjectMissingError
 from .lease import holder_is_dead
 from .store import Store, now_ms
 

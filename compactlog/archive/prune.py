@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ArchiveError
 from . import manifest as manifests
-from .errors import ArchiveError
 from .manifest import Manifest
 from .pins import live_pins
 from .store import Store, now_ms

@@ -20,9 +20,9 @@ from typing import Any
 
 from crc32c import crc32c
 
+from ..errors import ArchiveError, LeaseLostError
 from . import local
 from . import manifest as manifests
-from .errors import ArchiveError, LeaseLostError
 from .lease import Lease
 from .manifest import Manifest, ObjectRef, SegmentEntry
 from .store import Store, now_ms

@@ -20,9 +20,9 @@ from typing import Any
 
 from crc32c import crc32c
 
+from ..errors import ArchiveError, ObjectCorruptError, RestoreTargetError
 from . import local
 from . import manifest as manifests
-from .errors import ArchiveError, ObjectCorruptError, RestoreTargetError
 from .manifest import Manifest, ObjectRef, SegmentEntry
 from .pins import Pin
 from .store import Store

@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LogLockedError
-from .errors import ArchiveError, LeaseHeldError, LeaseLostError
+from ..errors import ArchiveError, LeaseHeldError, LeaseLostError, LogLockedError
 from .manifest import Manifest
 from .prune import prune
 from .push import Archiver, PushResult

@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
-from .errors import ArchiveError, ObjectMissingError, StoreError
+from ..errors import ArchiveError, ObjectMissingError, StoreError
 
 T = TypeVar("T")
 

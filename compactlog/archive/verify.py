@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ArchiveError
 from . import manifest as manifests
-from .errors import ArchiveError
 from .manifest import ObjectRef
 from .restore import fetch_object
 from .store import Store

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..encoding.documents import DocumentKind, decode_document
 from ..encoding.format import (
     FORMAT_VERSION,
     INDEX_ENTRY,
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 MANIFEST = filenames.SNAPSHOT_MANIFEST
 MANIFEST_MAGIC = "compactlog-snapshot"
 MANIFEST_VERSION = 1
+MANIFEST_KIND = DocumentKind(
+    MANIFEST, MANIFEST_MAGIC, "manifest_version", MANIFEST_VERSION, "a compactlog snapshot manifest"
+)
 PARTIAL_SUFFIX = ".partial"
 COPY_CHUNK = 8 << 20
 CRC_CHUNK = 64 << 20
@@ -120,21 +124,11 @@ def read_manifest(directory: str | os.PathLike[str]) -> Snapshot:
     path = os.path.join(directory, MANIFEST)
     try:
         with open(path, "rb") as handle:
-            document = json.loads(handle.read())
+            data = handle.read()
     except FileNotFoundError:
         raise NotALogError("not a compactlog snapshot (no snapshot.json)", path=directory) from None
-    except ValueError as error:
-        raise SnapshotError(f"snapshot.json is not valid JSON ({error})", path=path) from None
-    if not isinstance(document, dict) or document.get("magic") != MANIFEST_MAGIC:
-        raise SnapshotError("snapshot.json is not a compactlog snapshot manifest", path=path)
-    version = document.get("manifest_version")
-    if not isinstance(version, int) or version > MANIFEST_VERSION:
-        raise SnapshotError(
-            f"snapshot manifest version {version!r} is newer than this compactlog supports "
-            f"({MANIFEST_VERSION})",
-            path=path,
-        )
-    try:
+
+    def build(document: dict[str, Any]) -> Snapshot:
         return Snapshot(
             path=directory,
             source=str(document["source"]),
@@ -148,10 +142,10 @@ def read_manifest(directory: str | os.PathLike[str]) -> Snapshot:
                 for f in document["files"]
             ],
         )
-    except (KeyError, TypeError, ValueError) as error:
-        raise SnapshotError(
-            f"snapshot.json lacks a field or has a bad one ({error})", path=path
-        ) from None
+
+    return decode_document(
+        data, MANIFEST_KIND, build, lambda message: SnapshotError(message, path=path)
+    )
 
 
 # -- taking a snapshot ----------------------------------------------------------------

@@ -19,7 +19,6 @@ logger = logging.getLogger("compactlog.subscriber")
 
 TRANSIENT_PREFIX = "~"
 MAX_NAME_BYTES = 255
-HOLDER_RECORD_BYTES = 32  # ``pid <n>`` padded: rewritten in place by one pwrite
 HOLDER_READ_ATTEMPTS = 20  # a holder that just took the lock writes its pid a moment later
 
 
@@ -74,14 +73,36 @@ def lock_path(directory: str, name: str) -> str:
     return os.path.join(directory, filenames.subscriber_lock_name(name))
 
 
+def _pid_in(stamp: str) -> int | None:
+    """The pid of a lock file's stamp (``pid N``), ``None`` if it names none."""
+    words = stamp.split()
+    return int(words[1]) if len(words) >= 2 and words[0] == "pid" and words[1].isdigit() else None
+
+
 def _read_holder(fd: int) -> int | None:
-    """The pid a holder wrote into its lock file, ``None`` if there is none (yet)."""
+    """The pid a holder stamped into its lock file, ``None`` if there is none (yet)."""
     for _attempt in range(HOLDER_READ_ATTEMPTS):
-        text = os.pread(fd, HOLDER_RECORD_BYTES, 0).decode("ascii", errors="replace").split()
-        if len(text) == 2 and text[0] == "pid" and text[1].isdigit():
-            return int(text[1])
+        pid = _pid_in(lockfile.stamp_of(fd))
+        if pid is not None:
+            return pid
         time.sleep(0.001)
     return None
+
+
+def _holder_of(path: str, stamp: str) -> int | None:
+    """The holder's pid from the stamp a refusal read, or, when the holder had not yet
+    written it, from the file a moment later."""
+    pid = _pid_in(stamp)
+    if pid is not None:
+        return pid
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)
 
 
 def _busy(directory: str, name: str, pid: int | None) -> SubscriberBusyError:
@@ -101,48 +122,19 @@ def _busy(directory: str, name: str, pid: int | None) -> SubscriberBusyError:
 
 
 def acquire_name_lock(directory: str, name: str) -> int:
-    """Take durable subscriber ``name``'s lock; return the descriptor that holds it.
+    """Take durable subscriber ``name``'s lock, ``.cp.<hex(name)>.lock``; return the
+    descriptor that holds it.
 
     Raises :class:`SubscriberBusyError` (naming the holder's pid) when it is held.
-    Closing the descriptor releases it, as does the death of the process.
-
-    Protocol (each step is safe to crash in; the lock is an ``flock``, never a file's
-    existence):
-
-    1. Open ``.cp.<hex(name)>.lock``, creating it if missing.
-    2. ``flock(LOCK_EX | LOCK_NB)``. If held: read the holder's pid from the file and
-       raise :class:`SubscriberBusyError`.
-    3. Compare the descriptor's inode with the path's: if :func:`remove_subscriber`
-       unlinked the file between steps 1 and 2, this lock is on an orphan inode that
-       nobody else can find; close it and start again at 1.
-    4. Write ``pid <our pid>`` (fixed width, one ``pwrite``) at byte 0 for the next
-       contender's message. A crash here leaves a stale pid in a file nobody holds:
-       harmless, the next holder overwrites it.
+    Closing the descriptor releases it, as does the death of the process. The protocol is
+    :func:`lockfile.lock`'s (an ``flock`` stamped ``pid N``, safe to crash in at every
+    step, and taken again when :func:`remove_subscriber` unlinked the file meanwhile).
     """
     path = lock_path(directory, name)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise _busy(directory, name, _read_holder(fd)) from None
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-            record = f"pid {os.getpid()}".ljust(HOLDER_RECORD_BYTES - 1) + "\n"
-            os.pwrite(fd, record.encode("ascii"), 0)
-            return fd
-        except BaseException:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-            raise
+    try:
+        return lockfile.lock(path)
+    except lockfile.LockHeld as held:
+        raise _busy(directory, name, _holder_of(path, held.holder)) from None
 
 
 def acquire_or_degrade(directory: str, name: str) -> int:

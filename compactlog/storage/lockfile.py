@@ -2,8 +2,9 @@
 a lock behind), stamped ``pid N`` by its holder so that a refusal can name it; who holds
 one (``/proc/locks``); whether a pid is alive.
 
-Used by ``.cleaner.lock`` (``Log.cleaner_lock``), ``.writers.lock`` (``head.py``), a disk
-table's ``table.lock`` and the cleaner service's root lock.
+Used by ``.cleaner.lock`` (``Log.cleaner_lock``), ``.writers.lock`` (``head.py``), a
+durable subscriber's name lock (``subscriber_names.py``), a disk table's ``table.lock`` and
+the cleaner service's root lock.
 """
 
 from __future__ import annotations
@@ -11,39 +12,59 @@ from __future__ import annotations
 import fcntl
 import os
 
+from ..errors import LockHeld
+
 HOLDER_BYTES = 64  # a stamp is ``pid N`` and maybe a word: read no more
-
-
-class LockHeld(Exception):
-    """Another process holds the lock; ``holder`` is its stamp (empty if none yet)."""
-
-    def __init__(self, path: str, holder: str) -> None:
-        super().__init__(f"{path} is locked by {holder or 'another process'}")
-        self.path = path
-        self.holder = holder
 
 
 def lock(path: str, *, wait: bool = False, shared: bool = False, note: str = "") -> int:
     """Open (or create) ``path`` and take its ``flock``; returns the descriptor, whose
     closing releases the lock. Exclusive holders stamp ``pid N`` (and ``note``); a shared
     holder clears a stamp left by a dead exclusive one. Without ``wait``, raises
-    :class:`LockHeld` at once when the lock is taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    :class:`LockHeld` at once when the lock is taken.
+
+    Protocol (each step is safe to crash in: the lock is the ``flock``, which dies with its
+    process, never the file's existence):
+
+    1. Open ``path``, creating it if missing.
+    2. ``flock``; if it is taken (and not ``wait``): raise :class:`LockHeld` with the
+       holder's stamp.
+    3. Check that ``path`` still names the file locked: a holder may unlink its lock file
+       while holding it (``remove_subscriber`` does) between our steps 1 and 2, leaving us
+       a lock on an orphan that nobody else can find. If so, close it and start again at 1.
+    4. Exclusive: write the stamp (a crash leaves a stale stamp in a file nobody holds:
+       harmless, the next holder overwrites it); shared: clear a stale exclusive stamp.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # 1.
         try:
-            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockHeld(path, stamp_of(fd)) from None
-        if not shared:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}{f' {note}' if note else ''}\n".encode(), 0)
-        elif os.fstat(fd).st_size:
-            os.ftruncate(fd, 0)  # left by a killed exclusive holder (we got the lock: it is gone)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+            try:
+                fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)  # 2.
+            except BlockingIOError:
+                raise LockHeld(path, stamp_of(fd)) from None
+            if not _names(path, fd):  # 3.
+                os.close(fd)
+                continue
+            if not shared:  # 4.
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}{f' {note}' if note else ''}\n".encode(), 0)
+            elif os.fstat(fd).st_size:
+                os.ftruncate(fd, 0)  # left by a killed exclusive holder (it is gone: we hold it)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` is (still) the file open as ``fd``."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_ino, named.st_dev) == (opened.st_ino, opened.st_dev)
 
 
 def release(fd: int, *, clear: bool = False) -> None:
