@@ -282,23 +282,29 @@ def test_every_service_that_talks_to_the_bucket_has_one_address_and_credentials(
     assert f"{archive_url}/${{RESTORE_LOG:-customers}}" in job  # <archive.url>/<log name>
 
 
-def test_the_restore_archive_job_runs_the_data_source_on_the_bucket_against_the_master():
-    """The job runs the data source's read of the bucket on the cluster
-    (spark.read.format("compactlog").load(s3://...)), the read that ``compactlog restore
-    URL --master`` runs too (tests/archive/test_spark_cluster_archive.py)."""
+def test_the_restore_archive_job_runs_compactlog_restore_of_the_bucket_against_the_master():
+    """The job is ``compactlog restore s3://... --master spark://...``: the Spark engine reads
+    the archive on the cluster (tests/archive/test_spark_cluster_archive.py runs that read
+    with a worker that cannot see the log), with no log volume."""
+    from click.testing import CliRunner
+    from compactlog.cli.main import cli
+
     services = compose()["services"]
     job = services["restore-archive"]
     command = [str(part) for part in job["command"]]
-    assert command[:2] == ["python", "-c"]
-    code, master, url, output = command[2:]
-    compile(code, "restore-archive", "exec")  # the inline job is Python
-    assert 'format("compactlog").load(sys.argv[2])' in code and ".parquet(sys.argv[3])" in code
-    spark_master = [str(p) for p in services["spark-master"]["command"]]
-    assert master == f"spark://spark-master:{spark_master[spark_master.index('--port') + 1]}"
-    assert url.startswith("s3://") and output.startswith("/data/tables/")
+    assert command[:2] == ["compactlog", "restore"]
+    assert command[2].startswith("s3://compactlog/")
+    assert command[command.index("--to") + 1].startswith("/data/tables/")
+    master = [str(p) for p in services["spark-master"]["command"]]
+    port = master[master.index("--port") + 1]
+    assert command[command.index("--master") + 1] == f"spark://spark-master:{port}"
+    flags = {word for word in command[3:] if word.startswith("--")}
+    help_text = CliRunner().invoke(cli, ["restore", "--help"]).output
+    assert flags and all(flag in help_text for flag in flags), help_text
     # executors connect back to the driver at its container's address, as restore's do
     assert job["entrypoint"] == services["restore"]["entrypoint"]
     assert {"spark-master", "spark-worker", "objectstore"} <= set(job["depends_on"])
+    assert not any(v.startswith("logs:") for v in job.get("volumes", []))
 
 
 def test_published_ports_match_what_the_services_listen_on():
