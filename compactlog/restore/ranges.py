@@ -122,13 +122,13 @@ def records_end(directory: str, start: int, end: int, records: int) -> int:
     point (``first_dirty_offset``) compaction leaves holes, and a range of offsets there
     may hold none at all. A stream that cut its micro-batches by offsets alone spent its
     triggers on emptied ranges: behind a log appended faster than it read, it never caught
-    up, and every batch came out empty. So the compacted part of the range is counted from
-    the batch headers (no body decoded), and only past the cleaner point, where offsets
-    are dense, or inside the batch where the count would pass ``records``, is the rest
-    taken as one record per offset. Counting a batch that straddles ``start`` whole only
-    ends the range sooner, and a swap or a removal met on the way stops the count there:
-    the result holds at most ``records`` records whatever the cleaner does meanwhile
-    (records are only ever removed from a range of offsets)."""
+    up, and every batch came out empty. So below the cleaner point the records are counted
+    from the batch headers, and the batch that straddles ``start`` or holds the cut is
+    decoded for its offsets (a compacted batch keeps its base offset, so its first record
+    may come later); past the cleaner point offsets are dense and taken as records. A swap
+    or a removal met on the way stops the count there, so the result holds at most
+    ``records`` records whatever the cleaner does meanwhile (a range of offsets only ever
+    loses records)."""
     if end - start <= records:
         return end
     counted, at = 0, start  # ``counted`` records hold the offsets in [start, at)
@@ -140,15 +140,22 @@ def records_end(directory: str, start: int, end: int, records: int) -> int:
             break
         try:
             with SegmentReader(directory, bases[i], last_segment=i == len(bases) - 1) as reader:
-                for _pos, header in reader.headers(scan_start(reader.fd, directory, bases[i], at)):
+                for position, header in reader.headers(
+                    scan_start(reader.fd, directory, bases[i], at)
+                ):
                     if header.next_offset <= at:
                         continue
                     if header.base_offset >= dense_from:
                         at = max(at, header.base_offset)  # (nothing between: walked)
                         break
-                    if counted + header.count > records:
-                        break
-                    counted += header.count
+                    if header.base_offset < at or counted + header.count > records:
+                        batch = next(reader.batches(position))
+                        offsets = batch.offsets[batch.offsets >= at]
+                        if counted + len(offsets) > records:
+                            return min(end, int(offsets[records - counted]))
+                        counted += len(offsets)
+                    else:
+                        counted += header.count
                     at = header.next_offset
                 else:  # the segment read to its end: the next one holds what follows
                     if i + 1 < len(bases):
