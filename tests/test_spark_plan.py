@@ -30,6 +30,7 @@ from compactlog.restore.plan import (
     read_partition,
     resolve_snapshot,
 )
+from compactlog.restore.ranges import records_end
 
 BINARY_LAYOUT = pa.schema(
     [
@@ -347,3 +348,45 @@ def test_the_dirty_index_pickles_without_its_caches(tmp_path):
         for row in to_arrow(columns, keep, layout).to_pylist()
     ]
     assert latest_of(again) == model_latest(ops)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    count=st.integers(1, 1500),
+    keys=st.integers(1, 40),
+    chunk=st.integers(1, 60),
+    compactions=st.integers(0, 2),
+    tail=st.integers(0, 100),
+    start=st.integers(0, 1700),
+    limit=st.integers(1, 300),
+)
+def test_records_end_holds_the_limit_exactly_unless_it_reaches_the_end(
+    tmp_path_factory, count, keys, chunk, compactions, tail, start, limit
+):
+    """A stream's ``maxRecordsPerTrigger`` (``records_end``) over a log compacted now and
+    then while appended: the range reaches at least ``start + limit`` (the cut by offsets),
+    and holds exactly ``limit`` records unless it reaches the end, so a range compaction
+    emptied costs no micro-batch of its own."""
+    ops = [(b"k%d" % (i % keys), None if i % 11 == 0 else b"v%d" % i) for i in range(count)]
+    path = tmp_path_factory.mktemp("log") / "log"
+    with compactlog.open(path, segment_bytes=1024, min_compaction_lag_ms=0) as log:
+        for at in range(0, count, chunk):
+            log.append_batch(ops[at : at + chunk])
+            if compactions and at // chunk % (1 + count // chunk // compactions) == 0:
+                log.flush()
+                log.compact(force=True)
+        log.flush()
+        log.compact(force=True)
+        log.append_batch(ops[:tail])  # past the cleaner point: dense again
+        log.flush()
+        end = log.end_offset
+        offsets = [r.offset for r in log.read()]
+    start = min(start, end)
+    cut = records_end(str(path), start, end, limit)
+    held = [o for o in offsets if start <= o < cut]
+    assert min(end, start + limit) <= cut <= end
+    assert len(held) == limit if cut < end else len(held) <= limit

@@ -6,10 +6,12 @@ records with offsets in ``[start, end)`` from the live log (no snapshot: the ran
 by its offsets, and the reader follows offsets across the cleaner's swaps and retention's
 deletions, ``compactlog/reader.py``). Rows are those of changelog mode.
 
-Admission control. ``maxRecordsPerTrigger=N`` makes :meth:`latestOffset` return at most
-``start + N``: a range of N offsets holds at most N records (fewer where compaction removed
-some), so a micro-batch never exceeds N rows. Spark passes ``ReadAllAvailable`` where a
-trigger demands it; that is honoured.
+Admission control. ``maxRecordsPerTrigger=N`` makes :meth:`latestOffset` return the end of
+a range holding at most N records (``restore.ranges.records_end``): below the cleaner point
+they are counted from the batch headers, so a range compaction emptied costs no trigger of
+its own (cut by offsets alone, a stream behind a log appended faster than it read saw only
+emptied ranges and never caught up); elsewhere N offsets hold at most N records. Spark
+passes ``ReadAllAvailable`` where a trigger demands it; that is honoured.
 
 ``Trigger.AvailableNow``. :meth:`prepareForTriggerAvailableNow` records the log's end offset
 once; :meth:`latestOffset` never goes past it, so the query stops at the end seen at its
@@ -135,13 +137,15 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return {"offset": log_bounds(self.path)[1]}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from ..restore.ranges import records_end
+
         log_start, end = log_bounds(self.path)
         if self.target is not None:
             end = min(end, self.target)
         position = int(start["offset"])
         begin = max(position, log_start)
         if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + int(limit.max_rows))
+            end = records_end(self.path, begin, end, int(limit.max_rows))
         end = max(end, position)
         if end == position:
             return {"offset": position}  # nothing new: Spark runs no batch

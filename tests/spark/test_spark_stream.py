@@ -128,6 +128,32 @@ def test_admission_control_and_the_available_now_target(tmp_path):
     assert stream.reportLatestOffset() == {"offset": 1200}
 
 
+def test_max_records_counts_records_so_a_compacted_range_costs_no_empty_trigger(tmp_path):
+    """Below the cleaner point a range of offsets may hold no record at all. A stream that
+    cut its micro-batches by offsets alone spent its triggers on such emptied ranges, and
+    behind a log appended faster than that it never caught up: every batch came out empty
+    (the appended-and-compacted query below, on pyspark 4.3 or a loaded machine)."""
+    path = tmp_path / "log"
+    write_ops(path, 0, 5000)
+    with compactlog.open(path, min_compaction_lag_ms=0) as log:
+        log.compact(force=True)
+    write_ops(path, 5000, 5700)  # past the cleaner point: one record per offset
+    stream = reader(path, maxRecordsPerTrigger=300)
+    batches, position = [], 0
+    while (end := stream.latestOffset({"offset": position}, ReadMaxRows(300))["offset"]) > position:
+        batches.append(read_range(stream, position, end))
+        position = end
+    with compactlog.open(path, read_only=True) as log:
+        in_log = [r.offset for r in log.read()]
+    assert [r["offset"] for batch in batches for r in batch] == in_log
+    assert [len(batch) for batch in batches[:-1]] == [300] * (len(batches) - 1)
+    assert 0 < len(batches[-1]) <= 300
+    # a start inside the compacted part (mid-batch): still never more than the limit
+    for start in range(0, 5000, 613):
+        end = stream.latestOffset({"offset": start}, ReadMaxRows(50))["offset"]
+        assert 0 < len(read_range(stream, start, end)) <= 50
+
+
 def test_a_start_below_the_log_start_resumes_there_and_says_so(tmp_path, caplog):
     path = tmp_path / "log"
     write_ops(path, 0, 2000, retention_ms=1, cleanup_policy="compact,delete")
