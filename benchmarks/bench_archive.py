@@ -7,8 +7,9 @@
    The plain upload runs twice: one put after another, and ``UPLOAD_THREADS`` puts at a
    time as the archiver does (the stricter comparison).
 2. **restore vs plain download**: ``archive restore`` of that archive against getting the
-   same objects and writing them to files (no fsync), alternating; one get after another,
-   and ``FETCH_THREADS`` at a time as the restore does.
+   same objects and writing them to files, alternating: one get after another, and
+   ``FETCH_THREADS`` at a time as the restore does, both without fsync; and
+   ``FETCH_THREADS`` at a time with each file fsynced (durable, as a restore must be).
 3. **size after compaction**: ``--keys`` keys rewritten ``--rewrites`` times over 10
    compactions, pushed after each and pruned with retention 0: the archive's object bytes
    against the local log's segment bytes (the target is at most 1.1x).
@@ -60,6 +61,14 @@ def build_log(path: Path, size_mb: int) -> int:
     return sum(os.path.getsize(p) for p in path.glob("*.log"))
 
 
+def settled() -> float:
+    """The start of a timed step, once the writes of the steps before it are on disk: each
+    step then pays for its own writeback only (the restore's fsync pass would otherwise
+    wait for the uploads' data that the server is still writing out)."""
+    os.sync()
+    return time.perf_counter()
+
+
 def plain_upload(store: Any, path: Path, prefix: str, threads: int = 1) -> None:
     """Each segment file as one plain object, ``threads`` puts at a time."""
 
@@ -70,16 +79,30 @@ def plain_upload(store: Any, path: Path, prefix: str, threads: int = 1) -> None:
         list(pool.map(put, sorted(path.glob("*.log"))))
 
 
-def plain_download(store: Any, keys: list[str], target: Path, threads: int = 1) -> None:
-    """Each object to a file of its own, ``threads`` gets at a time (no fsync)."""
+def plain_download(
+    store: Any, keys: list[str], target: Path, threads: int = 1, durable: bool = False
+) -> None:
+    """Each object to a file of its own, ``threads`` gets at a time; ``durable``: each file
+    fsynced once written, and the directory at the end, as the restore makes its bytes
+    durable before the log's ``meta`` vouches for them."""
     target.mkdir()
 
     def get(key: str) -> None:
         data, _ = store.get(key)
-        (target / key.rsplit("/", 1)[-1]).write_bytes(data)
+        with open(target / key.rsplit("/", 1)[-1], "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(get, keys))
+    if durable:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print) -> dict:
@@ -91,43 +114,52 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
         push_s, plain_s, restore_s, download_s = [], [], [], []
         parallel_up_s: list[float] = []
         parallel_down_s: list[float] = []
+        durable_down_s: list[float] = []
         for i in range(repeat):
             prefix = f"{url}/push-{uuid.uuid4().hex[:8]}"
             store = open_store(prefix)
-            started = time.perf_counter()
+            started = settled()
             push_once(str(log_path), store)
             push_s.append(time.perf_counter() - started)
 
             plain = open_store(f"{url}/plain-{uuid.uuid4().hex[:8]}")
-            started = time.perf_counter()
+            started = settled()
             plain_upload(plain, log_path, "p")
             plain_s.append(time.perf_counter() - started)
 
             again = open_store(f"{url}/plain-{uuid.uuid4().hex[:8]}")
-            started = time.perf_counter()
+            started = settled()
             plain_upload(again, log_path, "p", threads=UPLOAD_THREADS)
             parallel_up_s.append(time.perf_counter() - started)
 
-            started = time.perf_counter()
+            started = settled()
             restore(store, str(root / f"restored-{i}"))
             restore_s.append(time.perf_counter() - started)
             shutil.rmtree(root / f"restored-{i}")
 
             keys_ = [info.key for info in plain.list("p/")]
-            started = time.perf_counter()
+            started = settled()
             plain_download(plain, keys_, root / f"download-{i}")
             download_s.append(time.perf_counter() - started)
             shutil.rmtree(root / f"download-{i}")
 
-            started = time.perf_counter()
+            started = settled()
             plain_download(plain, keys_, root / f"download-{i}", threads=FETCH_THREADS)
             parallel_down_s.append(time.perf_counter() - started)
+            shutil.rmtree(root / f"download-{i}")
+
+            started = settled()
+            plain_download(
+                plain, keys_, root / f"download-{i}", threads=FETCH_THREADS, durable=True
+            )
+            durable_down_s.append(time.perf_counter() - started)
             shutil.rmtree(root / f"download-{i}")
             say(
                 f"round {i}: push {push_s[-1]:.2f}s plain {plain_s[-1]:.2f}s "
                 f"plain x{UPLOAD_THREADS} {parallel_up_s[-1]:.2f}s "
                 f"restore {restore_s[-1]:.2f}s download {download_s[-1]:.2f}s "
-                f"download x{FETCH_THREADS} {parallel_down_s[-1]:.2f}s"
+                f"download x{FETCH_THREADS} {parallel_down_s[-1]:.2f}s "
+                f"durable download x{FETCH_THREADS} {durable_down_s[-1]:.2f}s"
             )
         compacted = size_after_compaction(
             root, f"{url}/compacted-{uuid.uuid4().hex[:8]}", keys, rewrites
@@ -145,6 +177,10 @@ def run(url: str, size_mb: int, repeat: int, keys: int, rewrites: int, say=print
             "parallel_download_s": statistics.median(parallel_down_s),
             "restore_vs_parallel": (
                 statistics.median(parallel_down_s) / statistics.median(restore_s)
+            ),
+            "durable_download_s": statistics.median(durable_down_s),
+            "restore_vs_durable": (
+                statistics.median(durable_down_s) / statistics.median(restore_s)
             ),
             **compacted,
             "load": os.getloadavg()[0],

@@ -94,13 +94,14 @@ def restore(
     4. Fetch every segment not already complete: its objects in parallel into
        ``<segment>.part``, each checked (size, CRC-32C) as it arrives; once a closed
        segment is whole, write its index from the bytes in hand (so that opening the log
-       in step 7 does not read every segment again), then rename it to the segment's
-       name, without an fsync. A death here leaves whole segments and ``.part`` files;
-       the next run keeps the former only if their size and CRC-32C still match the
-       manifest (a power loss may have left a renamed segment short or zeroed: it is
-       fetched again) and fetches the rest.
-    5. One fsync pass over every segment and index of the manifest (those kept from an
-       interrupted run too), in parallel, then the directory: from here on every byte
+       in step 7 does not read every segment again), fsync the segment in its fetch thread
+       (its writeback overlaps the other fetches, as a careful downloader's would), then
+       rename it to the segment's name. A death here leaves whole segments and ``.part``
+       files; the next run keeps the former only if their size and CRC-32C still match
+       the manifest (a power loss before the directory's fsync may have lost a rename) and
+       fetches the rest.
+    5. One fsync pass over what step 4 did not sync (the indexes, and segments kept from
+       an interrupted run), in parallel, then the directory: from here on every byte
        ``meta`` will vouch for is durable.
     6. Write ``cleaner.checkpoint`` and then ``meta`` (each atomically): until ``meta``
        exists the directory is not a log, so nothing opens a half-restored one. When the
@@ -141,9 +142,9 @@ def restore(
             }
             local.write_small_file(target, MARKER, json.dumps(marker).encode())
         # 4.
-        fetched, reused = _fetch_segments(store, target, chosen, threads, progress)
+        fetched, reused, synced = _fetch_segments(store, target, chosen, threads, progress)
         # 5.
-        _fsync_all(target, chosen, threads)
+        _fsync_all(target, chosen, threads, synced)
         # 6.
         if chosen.cleaner is not None:
             local.write_small_file(
@@ -245,7 +246,9 @@ def _fetch_segments(
     chosen: Manifest,
     threads: int,
     progress: Callable[[int, int], None] | None,
-) -> tuple[int, int]:
+) -> tuple[int, int, set[str]]:
+    """Step 4: returns the bytes fetched, the segments kept from an interrupted run, and
+    the names of the segments fsynced here."""
     todo: list[SegmentEntry] = []
     reused = 0
     for entry in chosen.segments:
@@ -259,6 +262,7 @@ def _fetch_segments(
     lock = threading.Lock()
     fds: dict[int, int] = {}
     remaining = {e.base: len(e.objects) for e in todo}
+    synced: set[str] = set()  # segments fsynced in step 4 (step 5 skips them)
     newest = chosen.segments[-1].base if chosen.segments else -1
     interval = local.index_interval(chosen.meta)
     try:
@@ -288,10 +292,13 @@ def _fetch_segments(
                         if len(data) != entry.size:
                             whole = local.read_all(fd, 0, entry.size)
                         local.write_segment_index(target, entry.base, whole, interval)
+                    os.fsync(fd)
                 finally:
                     os.close(fd)
                 name = local.segment_file_name(entry.base)
                 os.rename(os.path.join(target, name + PART_SUFFIX), os.path.join(target, name))
+                with lock:
+                    synced.add(name)
 
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="archive-fetch") as pool:
             futures = [pool.submit(fetch, e, ref) for e in todo for ref in e.objects]
@@ -305,14 +312,16 @@ def _fetch_segments(
     finally:
         for fd in fds.values():
             os.close(fd)
-    return total, reused
+    return total, reused, synced
 
 
-def _fsync_all(target: str, chosen: Manifest, threads: int) -> None:
-    """Step 5: every segment and index of the manifest to disk, several at a time (the
-    disk gets all the writes at once to order), then the directory's renames."""
+def _fsync_all(target: str, chosen: Manifest, threads: int, synced: set[str]) -> None:
+    """Step 5: every segment and index of the manifest not ``synced`` in step 4 to disk,
+    several at a time (the disk gets all the writes at once to order), then the
+    directory's renames."""
     names = [local.segment_file_name(e.base) for e in chosen.segments]
     names += [local.index_file_name(e.base) for e in chosen.segments[:-1]]
+    names = [name for name in names if name not in synced]
 
     def sync(name: str) -> None:
         try:
