@@ -214,6 +214,7 @@ def _pinned(
     as_of_offset: int | None,
     as_of_time_ms: int | None,
 ) -> tuple[Pin, Manifest]:
+    fixed = resume is None and wanted is not None  # (a manifest asked for by number)
     for _attempt in range(5):
         if resume is not None:
             sequence = int(resume["sequence"])
@@ -225,12 +226,11 @@ def _pinned(
             ).sequence
         pin = Pin(store, sequence)
         try:
-            return pin, manifests.load(store, sequence)
+            return pin, (manifests.load_existing if fixed else manifests.load)(store, sequence)
         except ArchiveError:
             pin.release()
-            if resume is None and wanted is not None:
-                manifests.load_existing(store, wanted)  # raises NoManifestError naming it
-                raise
+            if fixed:
+                raise  # NoManifestError naming it, or what else went wrong: never another
             if resume is not None:
                 raise RestoreTargetError(
                     f"the manifest being restored ({sequence}) is no longer in the archive; "
