@@ -180,3 +180,16 @@ def test_layer_check_reports_an_upward_import() -> None:
 def test_cycle_finder_reports_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+MAX_MODULE_LINES = 800  # a module past this has grown a second job: give it its own module
+
+
+def test_every_module_stays_under_the_line_limit() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for package in INSTALLED_AS
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) >= MAX_MODULE_LINES
+    ]
+    assert not long, f"modules of {MAX_MODULE_LINES} lines or more: {long}"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import compactlog
-from compactlog import log as log_module
 from compactlog.errors import LogLockedError
+from compactlog.storage import cleaner_lock as cleaner_lock_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_a_pass_is_refused_at_once_by_any_other_holder(tmp_path):
 
 
 def test_a_brief_holder_that_stays_is_named_once_patience_runs_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(log_module, "BRIEF_PATIENCE_S", 0.2)
+    monkeypatch.setattr(cleaner_lock_module, "BRIEF_PATIENCE_S", 0.2)
     with dirty_log(tmp_path / "log") as log:
         holder = hold(log, 1.0, brief=True)
         with pytest.raises(LogLockedError, match=f"pid {os.getpid()} brief"):
