@@ -112,6 +112,7 @@ _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
 _STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
 _OS_MESSAGE = re.compile(r'message: "([^"]+)"')
+_RETRIES = re.compile(r"after (\d+) retries")
 _KIND = re.compile(r"kind: (Connect|Timeout|Decode|Body|Request)\b")
 
 
@@ -132,15 +133,22 @@ def describe(error: BaseException, *, scheme: str) -> str:
         return f"{what}; check {_setting(code.group(1), scheme)}"
     if "BadScheme" in text:
         return "plain HTTP refused; check AWS_ALLOW_HTTP=true (or an https:// endpoint)"
-    kind = _KIND.search(text)
-    if kind is not None and kind.group(1) in ("Connect", "Timeout"):
-        detail = _OS_MESSAGE.search(text)
-        reason = detail.group(1) if detail is not None else kind.group(1).lower()
-        where = "AWS_ENDPOINT_URL" if scheme == "s3" else "the store's endpoint"
-        return f"cannot reach the server ({reason}); check {where} and that it is up"
     status = _STATUS.search(text)
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     first = first.split(": <?xml")[0]
+    kind = _KIND.search(text)
+    if status is None and (kind is not None or "HTTP error: " in first):
+        detail = _OS_MESSAGE.search(text)
+        reason = (
+            detail.group(1)
+            if detail is not None
+            else first.rsplit("HTTP error: ", 1)[-1].strip() or "no answer"
+        )
+        retries = _RETRIES.search(first)
+        if retries is not None:
+            reason += f", after {retries.group(1)} retries"
+        where = "AWS_ENDPOINT_URL" if scheme == "s3" else "the store's endpoint"
+        return f"cannot reach the server ({reason}); check {where} and that it is up"
     if status is not None:
         return f"HTTP {status.group(1).strip()}: {first}"
     return first
