@@ -28,6 +28,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from ..encoding.batch_decode import RecordBatch
+from ..encoding.serde import map_decode
 from ..errors import ConfigError, TableFullError
 from .table_frozen import FrozenState
 
@@ -129,18 +130,19 @@ class MemoryStore:
             offsets = batch.offsets.tolist() if changes is not None else None
         raw_keys = keys
         if self.key_deserializer is not None:
-            keys = list(map(self.key_deserializer, keys))
+            keys = map_decode(self.key_deserializer, keys)
         tombstones = bool((batch.value_lengths < 0).any())
         deserialize = self.value_deserializer
         puts = pending.puts
         if changes is None and self.sizes is None:  # the bulk path: the last record wins
             if tombstones:
                 pending.tombstones = True
+                if deserialize is not None:  # (the present values decoded as one column)
+                    decoded = iter(map_decode(deserialize, [v for v in values if v is not None]))
+                    values = [v if v is None else next(decoded) for v in values]
                 values = [_REMOVED if v is None else v for v in values]
-                if deserialize is not None:
-                    values = [v if v is _REMOVED else deserialize(v) for v in values]
             elif deserialize is not None:
-                values = list(map(deserialize, values))
+                values = map_decode(deserialize, values)
             puts.update(zip(keys, values, strict=True))
             return
         data = self.data
