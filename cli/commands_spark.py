@@ -7,8 +7,7 @@ import click
 
 from .common import json_option, log_dir, path_argument
 from .output import emit_json, human_bytes, human_count, print_fields
-from .progress import MODES as PROGRESS_MODES
-from .progress import ProgressDisplay, phase_lines, resolve_mode
+from .progress import ProgressDisplay, phase_lines, progress_option, resolve_mode
 
 
 @click.command()
@@ -97,17 +96,7 @@ def snapshot(path: str, dest: str, as_json: bool) -> int:
 @click.option(
     "--partitions", type=click.IntRange(min=1), help="Spark read partitions (default: auto)."
 )
-@click.option(
-    "--progress",
-    "progress_mode",
-    type=click.Choice(PROGRESS_MODES),
-    default="auto",
-    show_default=True,
-    help="How to show progress, on stderr: a bar (records read of the snapshot, ETA), plain "
-    "lines, one JSON object per event, or none (as compact's; the Arrow engine's read: the "
-    "Spark engine shows Spark's own stage bar). auto: a bar on a terminal, lines otherwise, "
-    "none with --json.",
-)
+@progress_option("the Arrow engine's records read of the snapshot, ETA; Spark shows its own")
 @json_option
 def restore(
     path: str,

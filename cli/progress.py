@@ -28,7 +28,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -55,6 +55,19 @@ def _amounts(event: Any) -> tuple[int, int]:
 
 def _records(count: float) -> str:
     return f"{human_count(round(count))} records"
+
+
+def progress_option(bar: str) -> Callable[[Any], Any]:
+    """The ``--progress`` option of a command whose bar shows ``bar``."""
+    return click.option(
+        "--progress",
+        "progress_mode",
+        type=click.Choice(MODES),
+        default="auto",
+        show_default=True,
+        help=f"How to show progress, on stderr: a bar ({bar}), plain lines, one JSON object "
+        "per event, or none. auto: a bar on a terminal, lines otherwise, none with --json.",
+    )
 
 
 def resolve_mode(mode: str, as_json: bool) -> str:
