@@ -173,7 +173,8 @@ def _table_memory(log_dir: Path, records: int, scratch: Path) -> dict[str, Any]:
     with Table(log_dir, follow=False) as table:
         for part in table._parts:  # the dict is built in a thread of its own: wait for it
             part.thaw()
-        return {"keys": len(table)}
+        gc.collect()
+        return {"keys": len(table), "ready_rss_bytes": _rss_bytes()}  # (issue 33: peak/ready)
 
 
 def _table_disk(log_dir: Path, records: int, scratch: Path) -> dict[str, Any]:
@@ -432,11 +433,14 @@ def _cell(step: str, result: dict[str, Any]) -> str:
     if step == "reopen_after_kill":
         return f"{result['cpu_s']:.2f} s ({result['wall_s']:.2f} s wall, {rss})"
     extra = f", {result['passes']} passes" if step == "compact" else ""
+    if "ready_rss_bytes" in result:
+        extra = f", peak {result['peak_rss_bytes'] / result['ready_rss_bytes']:.2f}x ready"
     return f"{result['cpu_us_per_record']:.2f} ({result['wall_s']:,.1f} s, {rss}{extra})"
 
 
 def target_rows(document: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """``(name, growth of CPU per record, allowed)`` of each target whose sizes were run."""
+    """``(name, growth, allowed)`` of each target whose sizes were run: CPU per record of a
+    larger size over a smaller one's, and the memory table's peak over its ready RSS."""
     rows = []
     for step, small, large, allowed in TARGETS:
         a = document["sizes"].get(str(small), {}).get(step)
@@ -445,6 +449,11 @@ def target_rows(document: dict[str, Any]) -> list[tuple[str, float, float]]:
             growth = b["cpu_us_per_record"] / a["cpu_us_per_record"]
             name = f"{TITLES[step]}: {_size_name(large)} / {_size_name(small)}"
             rows.append((name, growth, allowed))
+    sizes = measured_sizes(document)
+    table = document["sizes"][str(sizes[-1])].get("table_memory") if sizes else None
+    if table and table.get("ready_rss_bytes"):
+        name = f"`Table` in memory: peak RSS / ready RSS at {_size_name(sizes[-1])}"
+        rows.append((name, table["peak_rss_bytes"] / table["ready_rss_bytes"], 1.3))
     return rows
 
 

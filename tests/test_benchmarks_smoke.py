@@ -120,6 +120,7 @@ def test_scale_benchmark_runs_every_step_and_renders_its_section(tmp_path: Path)
     assert steps["read_batches"]["records_read"] == steps["read"]["records_read"] == 20_000
     assert steps["compact"]["passes"] >= 1
     assert steps["table_memory"]["keys"] == steps["table_disk"]["keys"] == len(model)
+    assert 0 < steps["table_memory"]["ready_rss_bytes"] <= steps["table_memory"]["peak_rss_bytes"]
     assert steps["arrow_restore"]["rows"] == len(model)
     assert steps["reopen_after_kill"]["end_offset"] > 20_000  # the killed writer's batches
     assert list(data.iterdir()) == []  # each size's log removed after its steps
@@ -134,5 +135,6 @@ def test_scale_benchmark_runs_every_step_and_renders_its_section(tmp_path: Path)
     assert "old" not in text and text.endswith("<!-- end generated -->\n\nafter\n")
     assert "| `read()` | " in text and "| 20k | 1M | 10M | 50M |" in text
     assert "| compaction until clean: 50M / 1M | 1.00x | 1.3x | yes |" in text
+    assert "| `Table` in memory: peak RSS / ready RSS at 50M | " in text
     assert "![CPU per record against size](scale.png)" in text
     assert (tmp_path / "scale.png").stat().st_size > 0
