@@ -173,8 +173,8 @@ class _Gathered:
     A block's bytes are copied once into an 8-byte aligned scratch buffer with zeros after
     them; a key's word at byte ``8 * i + r`` is two aligned gathers, the first word shifted
     down ``8 * r`` bits and the second up ``64 - 8 * r`` bits, ORed, then masked to the bytes
-    left in the key. About as fast per key as a matrix of keys of one length: a gather of
-    unaligned words costs nine times an aligned one, a Python loop per key ten times more.
+    left in the key (two aligned gathers cost far less than one of unaligned words; figures
+    in docs/benchmarks.md, "Scale").
     """
 
     def __init__(self, raw: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:

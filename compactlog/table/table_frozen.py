@@ -18,8 +18,7 @@ compares its key's bytes with each of them: an answer never rests on a digest al
 Immutable but for the key objects, made once on first need under a lock of their own
 (:meth:`FrozenState.key_objects`), and the batches that :meth:`FrozenState.to_dict` lets
 go once their records are in the dict (a read finds a row in one or the other), so reads
-need no other lock. Letting go bounds a restore's memory: at 950k keys the anonymous memory
-peaked at 1.18x the ready table's, 1.10x since (``docs/tables.md``, "Memory").
+need no other lock. Letting go bounds a restore's memory (measured: docs/tables.md).
 """
 
 from __future__ import annotations
