@@ -65,21 +65,26 @@ class CleanerStats:
 
     @property
     def map_fill(self) -> float:
+        """How full the offset map got: entries / capacity (0.0 when unused)."""
         return self.map_entries / self.map_capacity if self.map_capacity else 0.0
 
     @property
     def mb_per_second_read(self) -> float:
+        """Bytes read per second of the pass, in MiB (2**20 bytes)."""
         return self.bytes_read / MB / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     @property
     def mb_per_second_written(self) -> float:
+        """Bytes written per second of the pass, in MiB (2**20 bytes)."""
         return self.bytes_written / MB / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     @property
     def records_per_second(self) -> float:
+        """Records read per second of the pass."""
         return self.records_read / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The stats as plain JSON-ready values (``compactlog compact --json``)."""
         document = asdict(self)
         retention = self.retention
         if retention is not None and not isinstance(retention, dict):

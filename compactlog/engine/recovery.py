@@ -351,6 +351,7 @@ class RepairReport:
 
     @property
     def clean(self) -> bool:
+        """Whether the repair found nothing to fix."""
         return not self.fixes
 
     def __str__(self) -> str:

@@ -10,13 +10,30 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
-from ..errors import NotALogError
+from ..errors import InvalidArgumentError, NotALogError
 from . import filenames
 
 PARTITION_PREFIX = "partition-"
 PARTITION_COLUMN = "partition"
 _NAME = re.compile(r"^partition-(\d+)$")
+
+
+def absolute_directory(path: Any, argument: str = "path") -> str:
+    """``path`` (a ``str`` or ``os.PathLike`` of ``str``) made absolute; anything else is an
+    :class:`InvalidArgumentError` naming ``argument`` and the value given."""
+    try:
+        name = os.fspath(path)
+    except TypeError:
+        name = None
+    if not isinstance(name, str):
+        raise InvalidArgumentError(
+            f"{argument} must be a str or an os.PathLike of str, not "
+            f"{type(path).__name__} ({path!r})"
+            + (f"; decode it first: {argument}={os.fsdecode(name)!r}" if name else "")
+        )
+    return os.path.abspath(name)
 
 
 def partition_dir(table: str, index: int) -> str:
