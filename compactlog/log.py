@@ -197,6 +197,13 @@ class Log(LogAppends):
         """
         if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
             raise NotALogError("not a directory, so not a compactlog log", path=self.directory)
+        if not os.path.exists(os.path.join(self.directory, filenames.META)):
+            # an open that may create the log checks its settings before it makes the
+            # directory or a lock file: a ConfigError changes nothing
+            try:
+                LogConfig.from_mapping(config)
+            except ConfigError as error:
+                raise ConfigError(str(error), path=self.directory) from None
         if not os.path.isdir(self.directory):
             if not create or self.read_only:
                 raise NotALogError("no such log directory", path=self.directory)
