@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -47,8 +48,9 @@ def resolve_mode(mode: str, as_json: bool) -> str:
 class ProgressDisplay:
     """A context manager whose :meth:`__call__` takes ``CompactionProgress`` events."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, *, clock: Callable[[], float] | None = None) -> None:
         self.mode = mode
+        self.clock = clock  # the bar's clock, for its rate and ETA (None: rich's own)
         self.bar: Any = None
         self.tasks: dict[str, Any] = {}
         self.phase_started = 0.0
@@ -63,18 +65,19 @@ class ProgressDisplay:
                 Progress,
                 TextColumn,
                 TimeRemainingColumn,
-                TransferSpeedColumn,
             )
 
             self.bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 DownloadColumn(binary_units=True),
-                TransferSpeedColumn(),
+                # (rich's TransferSpeedColumn says MB/s, decimal: one unit, MiB, everywhere)
+                TextColumn("{task.fields[rate]}"),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
                 console=Console(stderr=True),
                 transient=True,
+                get_time=self.clock,
             )
             self.bar.start()
         return self
@@ -97,9 +100,11 @@ class ProgressDisplay:
     def _bar(self, event: Any) -> None:
         task = self.tasks.get(event.phase)
         if task is None:
-            task = self.bar.add_task(TITLES.get(event.phase, event.phase), total=None)
+            task = self.bar.add_task(TITLES.get(event.phase, event.phase), total=None, rate="")
             self.tasks[event.phase] = task
         self.bar.update(task, completed=event.bytes_done, total=max(event.bytes_planned, 1))
+        speed = next(t.speed for t in self.bar.tasks if t.id == task)
+        self.bar.update(task, rate=f"{human_bytes(speed)}/s" if speed else "?")
 
     def _line(self, event: Any) -> None:
         now = time.monotonic()
