@@ -56,7 +56,7 @@ from .storage.head import (
     release_writer,
 )
 from .storage.log_identity import new_log_id
-from .storage.logdirs import absolute_directory
+from .storage.logdirs import absolute_directory, wait_for_log
 from .storage.segment import TimestampCache, list_segments, segment_data_size
 from .storage.state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 
@@ -68,9 +68,6 @@ if TYPE_CHECKING:  # imported where used: they pull in modules an open need not 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-WAIT_POLL_S = (0.01, 0.25)  # wait=: first and longest pause between looks for ``meta``
 
 
 class Log(LogAppends):
@@ -141,7 +138,7 @@ class Log(LogAppends):
                 path=self.directory,
             )
         if wait is not False:
-            _wait_for_log(self.directory, wait, create=create, read_only=read_only)
+            wait_for_log(self.directory, wait, create=create, read_only=read_only)
         self.exclusive = exclusive
         self._update_config = update_config
         self._live_writers = ""  # who else writes, when update_config must know (see below)
@@ -714,31 +711,6 @@ def _caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
-
-
-def _wait_for_log(directory: str, wait: float | bool, *, create: bool, read_only: bool) -> None:
-    """Return once ``directory`` holds a log (its ``meta``), polling at growing intervals;
-    :class:`NotALogError` when ``wait`` seconds pass first (``True``: no limit)."""
-    if create and not read_only:
-        raise ConfigError("wait= is for read_only=True or create=False opens (this one creates)")
-    if isinstance(wait, bool):
-        limit = None
-    elif isinstance(wait, int | float) and wait >= 0:
-        limit = float(wait)
-    else:
-        raise ConfigError(f"wait must be True, False or a number of seconds >= 0, not {wait!r}")
-    meta = os.path.join(directory, filenames.META)
-    deadline = None if limit is None else time.monotonic() + limit
-    pause, longest = WAIT_POLL_S
-    while not os.path.exists(meta):
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise NotALogError(
-                f"no log appeared here within {limit:g} s of waiting (wait={wait!r}): no meta file",
-                path=directory,
-            )
-        time.sleep(pause if left is None else min(pause, left))
-        pause = min(pause * 2, longest)
 
 
 def _check_offset(name: str, value: Any, path: str) -> int | None:
