@@ -769,7 +769,7 @@ def open_log(
     :class:`~compactlog.errors.LogLockedError` (an exclusive writer holds the log, or this
     open is exclusive and another writer has it open),
     :class:`~compactlog.errors.CorruptLogError` for damage recovery cannot repair (run
-    ``compactlog repair``). Every message starts with the log's path.
+    ``compactlog repair``). Every message about the log starts with its path.
     """
     return Log(
         path,
