@@ -83,10 +83,13 @@ class ProgressDisplay:
     """A context manager whose :meth:`__call__` takes ``CompactionProgress`` events (``unit``
     ``"bytes"``) or a restore's ``RestoreStep`` events (``"records"``)."""
 
-    def __init__(self, mode: str, unit: str = "bytes") -> None:
+    def __init__(
+        self, mode: str, unit: str = "bytes", *, clock: Callable[[], float] | None = None
+    ) -> None:
         self.mode = mode
         self.unit = unit
         self.human = human_bytes if unit == "bytes" else _records
+        self.clock = clock  # the bar's clock, for its rate and ETA (None: rich's own)
         self.bar: Any = None
         self.tasks: dict[str, Any] = {}
         self.phase_started = 0.0
@@ -102,11 +105,11 @@ class ProgressDisplay:
                 Progress,
                 TextColumn,
                 TimeRemainingColumn,
-                TransferSpeedColumn,
             )
 
+            # (rich's TransferSpeedColumn says MB/s, decimal: one unit, MiB, everywhere)
             amounts = (
-                [DownloadColumn(binary_units=True), TransferSpeedColumn()]
+                [DownloadColumn(binary_units=True), TextColumn("{task.fields[rate]}")]
                 if self.unit == "bytes"
                 else [MofNCompleteColumn(), TextColumn("records")]
             )
@@ -118,6 +121,7 @@ class ProgressDisplay:
                 TimeRemainingColumn(),
                 console=Console(stderr=True),
                 transient=True,
+                get_time=self.clock,
             )
             self.bar.start()
         return self
@@ -140,10 +144,13 @@ class ProgressDisplay:
     def _bar(self, event: Any) -> None:
         task = self.tasks.get(event.phase)
         if task is None:
-            task = self.bar.add_task(TITLES.get(event.phase, event.phase), total=None)
+            task = self.bar.add_task(TITLES.get(event.phase, event.phase), total=None, rate="")
             self.tasks[event.phase] = task
         done, planned = _amounts(event)
         self.bar.update(task, completed=done, total=max(planned, 1))
+        if self.unit == "bytes":
+            speed = next(t.speed for t in self.bar.tasks if t.id == task)
+            self.bar.update(task, rate=f"{human_bytes(speed)}/s" if speed else "?")
 
     def _line(self, event: Any) -> None:
         now = time.monotonic()
