@@ -1,0 +1,240 @@
+"""Runs the code blocks of README.md and docs/*.md as a reader following each page would.
+
+A block does what its language says, unless an HTML comment on the line just above its
+fence (a *directive*, visible in the page's source) says otherwise:
+
+- ``python``: executed; the blocks of one page share one namespace, in page order.
+- ``sh``, ``bash``, ``console``: ``bash -e`` in the page's directory, the venv's ``bin``
+  first on ``PATH``.
+- ``<!-- doc: skip (REASON) -->``: not run (a signature, a grammar, or it needs Docker, a
+  cluster, root...); REASON is counted in the report. Every block that is neither run nor
+  compared must carry one: ``test_docs.py`` fails on an unmarked one.
+- ``<!-- doc: setup NAME -->``: the hidden fixture ``SETUPS[NAME]`` runs first.
+- ``<!-- doc: output -->``: the block is the standard output of the page's previous run
+  block, compared line by line (``...`` in a line matches anything; trailing blanks and the
+  page's directory are ignored).
+- ``<!-- doc: listing DIR -->``: the block is ``ls -la DIR``: its file names and sizes are
+  compared with the real directory's.
+- ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared.
+- ``<!-- doc: new namespace -->``: a python block starting from an empty namespace.
+
+Several directives go in one comment, separated by ``;``. Every page runs in its own empty
+directory, as a user would (never the repository root). ``python -m tests.docs_runner``
+prints how many blocks of each page run, are compared or are skipped, and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN_LANGUAGES = {"python": "python", "sh": "shell", "bash": "shell", "console": "shell"}
+COMPARE_KINDS = {"output", "listing", "dump"}
+FENCE = re.compile(r"^(\s*)```\s*(\S*)\s*$")
+DIRECTIVE = re.compile(r"^\s*<!--\s*doc:\s*(.*?)\s*-->\s*$")
+SHELL_TIMEOUT_S = 120
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # of the opening fence, 1-based
+    language: str
+    text: str
+    directives: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page.name
+        return f"{page}:{self.line}"
+
+    @property
+    def kind(self) -> str:
+        """``skip``, ``python``, ``shell``, a compare kind, or ``unmarked`` (an error)."""
+        if "skip" in self.directives:
+            return "skip"
+        for kind in COMPARE_KINDS:
+            if kind in self.directives:
+                return kind
+        return RUN_LANGUAGES.get(self.language, "unmarked")
+
+
+def parse_directives(comment: str) -> dict[str, str]:
+    """``skip (needs Docker); setup orders`` -> {"skip": "needs Docker", "setup": "orders"}."""
+    result = {}
+    for part in filter(None, (p.strip() for p in comment.split(";"))):
+        name, _, argument = part.partition(" ")
+        result[name] = argument.strip().removeprefix("(").removesuffix(")")
+    return result
+
+
+def blocks_of(page: Path) -> list[Block]:
+    lines = page.read_text(encoding="utf-8").split("\n")
+    blocks, index = [], 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if not opening:
+            index += 1
+            continue
+        end = index + 1
+        while not re.match(r"^\s*```\s*$", lines[end]):
+            end += 1
+        indent = len(opening.group(1))
+        text = "\n".join(line[indent:] for line in lines[index + 1 : end]) + "\n"
+        above = DIRECTIVE.match(lines[index - 1]) if index else None
+        directives = parse_directives(above.group(1)) if above else {}
+        blocks.append(Block(page, index + 1, opening.group(2), text, directives))
+        index = end + 1
+    return blocks
+
+
+def hexdump(data: bytes) -> list[str]:
+    """``xxd``'s default layout: 16 bytes a line in 2-byte groups, then the printable bytes."""
+    lines = []
+    for at in range(0, len(data), 16):
+        chunk = data[at : at + 16]
+        groups = " ".join(chunk[i : i + 2].hex() for i in range(0, len(chunk), 2))
+        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"{at:08x}: {groups:<39}  {text}")
+    return lines
+
+
+def listing_of(directory: Path) -> list[tuple[str, int]]:
+    return sorted((p.name, p.stat().st_size) for p in directory.iterdir())
+
+
+def listed(text: str) -> list[tuple[str, int]]:
+    """The (name, size) pairs of an ``ls -la`` listing (its ``#`` command and ``total`` aside)."""
+    pairs = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#") or fields[0] == "total":
+            continue
+        if fields[-1] not in (".", ".."):
+            pairs.append((fields[-1], int(fields[4])))
+    return sorted(pairs)
+
+
+def matches(expected: str, actual: str, directory: Path) -> bool:
+    """Line by line; ``...`` in an expected line stands for any text."""
+    got = [line.rstrip() for line in actual.replace(f"{directory}/", "").splitlines()]
+    want = [line.rstrip() for line in expected.splitlines()]
+    if len(got) != len(want):
+        return False
+    for w, g in zip(want, got, strict=True):
+        pattern = ".*".join(re.escape(part) for part in w.split("..."))
+        if not re.fullmatch(pattern, g):
+            return False
+    return True
+
+
+class DocError(AssertionError):
+    pass
+
+
+@dataclass
+class PageRun:
+    """One reader's session with one page: its directory, namespace and last output."""
+
+    directory: Path
+    setups: dict[str, Callable[[Path, dict[str, Any]], None]]
+    namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__main__"})
+    last_output: str = ""
+
+    def run(self, block: Block) -> None:
+        if "setup" in block.directives:
+            self.setups[block.directives["setup"]](self.directory, self.namespace)
+        if "new" in block.directives:
+            self.namespace = {"__name__": "__main__"}
+        kind = block.kind
+        if kind == "python":
+            self.last_output = self._python(block)
+        elif kind == "shell":
+            self.last_output = self._shell(block)
+        elif kind == "output":
+            if not matches(block.text, self.last_output, self.directory):
+                raise DocError(f"{block.where}: the output differs:\n{self.last_output}")
+        elif kind == "listing":
+            real = listing_of(self.directory / block.directives["listing"])
+            if listed(block.text) != real:
+                raise DocError(f"{block.where}: the directory holds {real}")
+        elif kind == "dump":
+            real = hexdump((self.directory / block.directives["dump"]).read_bytes())
+            want = [line.rstrip() for line in block.text.splitlines()]
+            if [line.rstrip() for line in real[: len(want)]] != want:
+                raise DocError(f"{block.where}: the file holds\n" + "\n".join(real))
+
+    def _python(self, block: Block) -> str:
+        out = io.StringIO()
+        code = compile(block.text, block.where, "exec")
+        with contextlib.redirect_stdout(out):
+            exec(code, self.namespace)
+        return out.getvalue()
+
+    def _shell(self, block: Block) -> str:
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+        result = subprocess.run(
+            ["bash", "-e", "-c", block.text],
+            cwd=self.directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SHELL_TIMEOUT_S,
+        )
+        if result.returncode:
+            raise DocError(f"{block.where}: exit {result.returncode}\n{result.stderr}")
+        return result.stdout
+
+
+def run_page(page: Path, directory: Path, setups: dict[str, Any]) -> None:
+    """Every block of ``page`` in order, in ``directory`` (the working directory meanwhile)."""
+    session = PageRun(directory, setups)
+    before = Path.cwd()
+    os.chdir(directory)
+    try:
+        for block in blocks_of(page):
+            if block.kind == "skip":
+                continue
+            try:
+                session.run(block)
+            except DocError:
+                raise
+            except BaseException as error:
+                raise DocError(f"{block.where}: {type(error).__name__}: {error}") from error
+    finally:
+        os.chdir(before)
+
+
+def report() -> str:
+    lines, totals = [], {"run": 0, "compared": 0, "skipped": 0, "unmarked": 0}
+    for page in PAGES:
+        counts, skips = dict.fromkeys(totals, 0), []
+        for block in blocks_of(page):
+            kind = block.kind
+            group = {"python": "run", "shell": "run", "skip": "skipped"}.get(kind, kind)
+            group = "compared" if kind in COMPARE_KINDS else group
+            counts[group] += 1
+            if kind == "skip":
+                skips.append(f"    skip {block.where}: {block.directives['skip']}")
+            if kind == "unmarked":
+                skips.append(f"    UNMARKED {block.where}: [{block.language}] neither run nor marked")
+        totals = {k: totals[k] + counts[k] for k in totals}
+        summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        lines += [f"{page.relative_to(ROOT)}: {summary or 'no blocks'}", *skips]
+    lines.append("total: " + ", ".join(f"{v} {k}" for k, v in totals.items()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())
