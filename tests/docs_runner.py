@@ -15,7 +15,8 @@ fence (a *directive*, visible in the page's source) says otherwise:
   page's directory are ignored).
 - ``<!-- doc: listing DIR -->``: the block is ``ls -la DIR``: its file names and sizes are
   compared with the real directory's.
-- ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared.
+- ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared as
+  an output is (``00000040: ...`` stands for a line of bytes that differ between machines).
 - ``<!-- doc: new namespace -->``: a python block starting from an empty namespace.
 
 Several directives go in one comment, separated by ``;``. Every page runs in its own empty
@@ -170,8 +171,8 @@ class PageRun:
                 raise DocError(f"{block.where}: the directory holds {real}")
         elif kind == "dump":
             real = hexdump((self.directory / block.directives["dump"]).read_bytes())
-            want = [line.rstrip() for line in block.text.splitlines()]
-            if [line.rstrip() for line in real[: len(want)]] != want:
+            shown = "\n".join(real[: len(block.text.splitlines())])
+            if not matches(block.text, shown, self.directory):
                 raise DocError(f"{block.where}: the file holds\n" + "\n".join(real))
 
     def _python(self, block: Block) -> str:
