@@ -26,10 +26,11 @@ def service_orders(directory: Path, namespace: dict[str, Any]) -> None:
     options = {"segment_bytes": 256 << 10, "precommit_bytes": 1 << 20, "clock": lambda: T}
     with compactlog.open(directory / "orders", **options) as log:
         for start in range(0, 6300, 100):
-            log.append_batch([(b"order:%d" % n, b"x" * 100) for n in range(start, start + 100)])
+            log.append_batch([(b"order:%d" % n, b"x" * 104) for n in range(start, start + 100)])
         for name, position in (("billing", 3000), ("search-indexer", 6001)):
             with log.subscribe(name) as sub:
-                sub.commit(position)
+                sub.seek(position)
+                sub.commit()
 
 
 def compacted_batch(directory: Path, namespace: dict[str, Any]) -> None:
