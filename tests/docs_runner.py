@@ -32,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,12 +208,15 @@ def run_page(page: Path, directory: Path, setups: dict[str, Any]) -> None:
         for block in blocks_of(page):
             if block.kind == "skip":
                 continue
+            started = time.perf_counter()
             try:
                 session.run(block)
             except DocError:
                 raise
             except BaseException as error:
                 raise DocError(f"{block.where}: {type(error).__name__}: {error}") from error
+            if os.environ.get("DOCS_TIMES"):
+                print(f"{block.where}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
     finally:
         os.chdir(before)
 

@@ -4,6 +4,7 @@ reads the pages). The pages' hidden fixtures are below, each named on its page."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,17 @@ def precommit_example(directory: Path, namespace: dict[str, Any]) -> None:
         (directory / "pre_commit").write_bytes((directory / "pre" / "pre_commit").read_bytes())
 
 
+def customers_log(directory: Path, namespace: dict[str, Any]) -> None:
+    """spark.md: ``data/customers-log``, customers as JSON values keyed by id."""
+    rows = [(1, "Ada", 10.0), (2, "Bob", 2.5), (3, "Cy", 0.0), (1, "Ada", 12.0)]
+    with compactlog.open(directory / "data" / "customers-log") as log:
+        for id_, name, balance in rows:
+            value = json.dumps({"id": id_, "name": name, "balance": balance}).encode()
+            log.append(str(id_).encode(), value)
+
+
 SETUPS = {
+    "customers-log": customers_log,
     "service-orders": service_orders,
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
