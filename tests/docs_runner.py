@@ -14,7 +14,7 @@ fence (a *directive*, visible in the page's source) says otherwise:
   block, compared line by line (``...`` in a line matches anything; trailing blanks and the
   page's directory are ignored).
 - ``<!-- doc: listing DIR -->``: the block is ``ls -la DIR``: its file names and sizes are
-  compared with the real directory's.
+  compared with the real directory's (but for the size of a ``.cp.<hex>.lock``: a pid).
 - ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared as
   an output is (``00000040: ...`` stands for a line of bytes that differ between machines).
 - ``<!-- doc: new namespace -->``: a python block starting from an empty namespace.
@@ -111,8 +111,18 @@ def hexdump(data: bytes) -> list[str]:
     return lines
 
 
+PID_FILES = re.compile(r"^\.cp\..*\.lock$")  # hold their last holder's "pid N": sizes vary
+
+
 def listing_of(directory: Path) -> list[tuple[str, int]]:
     return sorted((p.name, p.stat().st_size) for p in directory.iterdir())
+
+
+def same_listing(shown: list[tuple[str, int]], real: list[tuple[str, int]]) -> bool:
+    """Names alike, and sizes too except those of files that hold a pid."""
+    return [n for n, _ in shown] == [n for n, _ in real] and all(
+        a == b or PID_FILES.match(n) for (n, a), (_, b) in zip(shown, real, strict=True)
+    )
 
 
 def listed(text: str) -> list[tuple[str, int]]:
@@ -168,7 +178,7 @@ class PageRun:
                 raise DocError(f"{block.where}: the output differs:\n{self.last_output}")
         elif kind == "listing":
             real = listing_of(self.directory / block.directives["listing"])
-            if listed(block.text) != real:
+            if not same_listing(listed(block.text), real):
                 raise DocError(f"{block.where}: the directory holds {real}")
         elif kind == "dump":
             real = hexdump((self.directory / block.directives["dump"]).read_bytes())
@@ -219,6 +229,10 @@ def run_page(page: Path, directory: Path, setups: dict[str, Any]) -> None:
                 print(f"{block.where}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
     finally:
         os.chdir(before)
+        for value in session.namespace.values():  # the reader's process ends: logs, tables
+            if type(value).__module__.startswith("compactlog.") and hasattr(value, "close"):
+                with contextlib.suppress(Exception):
+                    value.close()
 
 
 def report() -> str:
@@ -233,7 +247,9 @@ def report() -> str:
             if kind == "skip":
                 skips.append(f"    skip {block.where}: {block.directives['skip']}")
             if kind == "unmarked":
-                skips.append(f"    UNMARKED {block.where}: [{block.language}] neither run nor marked")
+                skips.append(
+                    f"    UNMARKED {block.where}: [{block.language}] neither run nor marked"
+                )
         totals = {k: totals[k] + counts[k] for k in totals}
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         lines += [f"{page.relative_to(ROOT)}: {summary or 'no blocks'}", *skips]

@@ -70,7 +70,10 @@ def test_every_block_is_run_compared_or_marked_with_a_reason():
     unmarked = [b.where for page in PAGES for b in blocks_of(page) if b.kind == "unmarked"]
     assert not unmarked, f"neither run, compared nor marked skip (with a reason): {unmarked}"
     no_reason = [
-        b.where for p in PAGES for b in blocks_of(p) if b.kind == "skip" and not b.directives["skip"]
+        b.where
+        for p in PAGES
+        for b in blocks_of(p)
+        if b.kind == "skip" and not b.directives["skip"]
     ]
     assert not no_reason, f"skipped without a reason: {no_reason}"
     named = {b.directives["setup"] for p in PAGES for b in blocks_of(p) if "setup" in b.directives}
@@ -112,7 +115,10 @@ def test_a_listing_and_a_dump_are_compared_with_the_files(tmp_path: Path):
     (tmp_path / "d" / ".lock").write_bytes(b"CLHD" + bytes(92))
     dump = "\n".join(hexdump(b"CLHD" + bytes(92))[:2])
     listing = "-rw-r--r-- 1 app app 96 Nov 22 00:32 .lock"
-    text = f"<!-- doc: listing d -->\n```\n{listing}\n```\n<!-- doc: dump d/.lock -->\n```\n{dump}\n```\n"
+    text = (
+        f"<!-- doc: listing d -->\n```\n{listing}\n```\n"
+        f"<!-- doc: dump d/.lock -->\n```\n{dump}\n```\n"
+    )
     run_page(page_of(tmp_path, text), tmp_path, {})
     with pytest.raises(DocError, match="the directory holds"):
         run_page(page_of(tmp_path, text.replace(" 96 ", " 64 ")), tmp_path, {})
