@@ -74,7 +74,8 @@ class Block:
 def parse_directives(comment: str) -> dict[str, str]:
     """``skip (needs Docker); setup orders`` -> {"skip": "needs Docker", "setup": "orders"}."""
     result = {}
-    for part in filter(None, (p.strip() for p in comment.split(";"))):
+    parts = re.split(r";\s*(?=(?:skip|setup|output|listing|dump|new)\b)", comment)
+    for part in filter(None, (p.strip() for p in parts)):
         name, _, argument = part.partition(" ")
         result[name] = argument.strip().removeprefix("(").removesuffix(")")
     return result
