@@ -210,8 +210,14 @@ class PageRun:
         return result.stdout
 
 
-def run_page(page: Path, directory: Path, setups: dict[str, Any]) -> None:
-    """Every block of ``page`` in order, in ``directory`` (the working directory meanwhile)."""
+def run_page(
+    page: Path,
+    directory: Path,
+    setups: dict[str, Any],
+    after_block: Callable[[], None] = lambda: None,
+) -> None:
+    """Every block of ``page`` in order, in ``directory`` (the working directory meanwhile);
+    ``after_block`` runs after each (the Spark page stops the streams a block started)."""
     session = PageRun(directory, setups)
     before = Path.cwd()
     os.chdir(directory)
@@ -226,6 +232,7 @@ def run_page(page: Path, directory: Path, setups: dict[str, Any]) -> None:
                 raise
             except BaseException as error:
                 raise DocError(f"{block.where}: {type(error).__name__}: {error}") from error
+            after_block()
             if os.environ.get("DOCS_TIMES"):
                 print(f"{block.where}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
     finally:
