@@ -9,10 +9,13 @@ fence (a *directive*, visible in the page's source) says otherwise:
 - ``<!-- doc: skip (REASON) -->``: not run (a signature, a grammar, or it needs Docker, a
   cluster, root...); REASON is counted in the report. Every block that is neither run nor
   compared must carry one: ``test_docs.py`` fails on an unmarked one.
-- ``<!-- doc: setup NAME -->``: the hidden fixture ``SETUPS[NAME]`` runs first.
+- ``<!-- doc: setup NAME -->``: the hidden fixture ``SETUPS[NAME]`` runs first; one that
+  returns text (an error message it provoked, a command's output) is the output compared.
 - ``<!-- doc: output -->``: the block is the standard output of the page's previous run
-  block, compared line by line (``...`` in a line matches anything; trailing blanks and the
-  page's directory are ignored).
+  block (or setup), compared line by line: ``...`` in a line matches anything; trailing
+  blanks and the page's directory are ignored, and every ``pid N`` reads ``pid 4242``.
+  ``output wrapped``: a message the page wraps over lines (whitespace runs compared as
+  one space); ``output part``: lines found in that order within the output.
 - ``<!-- doc: listing DIR -->``: the block is ``ls -la DIR``: its file names and sizes are
   compared with the real directory's (but for the size of a ``.cp.<hex>.lock``: a pid).
 - ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared as
@@ -138,10 +141,20 @@ def listed(text: str) -> list[tuple[str, int]]:
     return sorted(pairs)
 
 
-def matches(expected: str, actual: str, directory: Path) -> bool:
-    """Line by line; ``...`` in an expected line stands for any text."""
-    got = [line.rstrip() for line in actual.replace(f"{directory}/", "").splitlines()]
+def matches(expected: str, actual: str, directory: Path, how: str = "") -> bool:
+    """Line by line; ``...`` in an expected line stands for any text (``how``: see above)."""
+    actual = re.sub(r"\bpid \d+", "pid 4242", actual.replace(f"{directory}/", ""))
+    actual = actual.replace(str(directory), "")
+    if how == "wrapped":
+        actual, expected = " ".join(actual.split()), " ".join(expected.split())
+    got = [line.rstrip() for line in actual.splitlines()]
     want = [line.rstrip() for line in expected.splitlines()]
+    if how == "part":
+        got, want = [g.strip() for g in got], [w.strip() for w in want]
+        return any(
+            matches("\n".join(want), "\n".join(got[i : i + len(want)]), directory)
+            for i in range(len(got) - len(want) + 1)
+        )
     if len(got) != len(want):
         return False
     for w, g in zip(want, got, strict=True):
@@ -166,7 +179,9 @@ class PageRun:
 
     def run(self, block: Block) -> None:
         if "setup" in block.directives:
-            self.setups[block.directives["setup"]](self.directory, self.namespace)
+            said = self.setups[block.directives["setup"]](self.directory, self.namespace)
+            if isinstance(said, str):
+                self.last_output = said
         if "new" in block.directives:
             self.namespace = {"__name__": "__main__"}
         kind = block.kind
@@ -175,7 +190,8 @@ class PageRun:
         elif kind == "shell":
             self.last_output = self._shell(block)
         elif kind == "output":
-            if not matches(block.text, self.last_output, self.directory):
+            how = block.directives["output"]
+            if not matches(block.text, self.last_output, self.directory, how):
                 raise DocError(f"{block.where}: the output differs:\n{self.last_output}")
         elif kind == "listing":
             real = listing_of(self.directory / block.directives["listing"])

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 
 import compactlog
 from compactlog.encoding.batch_encode import encode_batch
+from compactlog.storage.cleaner_lock import CleanerLock
 
 from .docs_runner import PAGES, ROOT, Block, DocError, PageRun, blocks_of, hexdump, run_page
 
@@ -58,11 +62,85 @@ def customers_log(directory: Path, namespace: dict[str, Any]) -> None:
             log.append(str(id_).encode(), value)
 
 
+# -- the operator's messages (operator-guide.md §5, subscribers.md): provoked for real --------
+
+SERVICE_LOG = "var/lib/app/orders"  # /var/lib/app/orders of the page, in its directory
+HOLD_SUBSCRIBER = (
+    "import sys, compactlog; log = compactlog.open(sys.argv[1]); sub = log.subscribe('billing');"
+    "print('ready', flush=True); sys.stdin.read()"
+)
+
+
+def error_text(error: BaseException, directory: Path, qualified: bool = False) -> str:
+    """The message as the page shows it: its paths absolute in the page's world."""
+    name = type(error).__name__
+    text = f"{type(error).__module__}.{name}: {error}" if qualified else f"{name}: {error}"
+    return text.replace(str(directory), "")
+
+
+def corrupt_orders(directory: Path, namespace: dict[str, Any]) -> str:
+    """Three 68-byte batches, the middle one damaged: what a read then raises."""
+    path = directory / SERVICE_LOG
+    with compactlog.open(path, sync="always") as log:
+        for _ in range(3):
+            log.append(b"order:1", b"paid!")
+    segment = path / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[84 + 50] ^= 0xFF
+    segment.write_bytes(data)
+    with (
+        pytest.raises(compactlog.CorruptLogError) as raised,
+        compactlog.open(path, read_only=True) as log,
+    ):
+        list(log.read())
+    return error_text(raised.value, directory)
+
+
+def repair_orders(directory: Path, namespace: dict[str, Any]) -> str:
+    command = [str(Path(sys.executable).parent / "compactlog"), "repair", SERVICE_LOG]
+    return subprocess.run(command, cwd=directory, capture_output=True, text=True).stdout
+
+
+def second_cleaner(directory: Path, namespace: dict[str, Any]) -> str:
+    path = str(directory / SERVICE_LOG)
+    with CleanerLock(path), pytest.raises(compactlog.LogLockedError) as raised:
+        CleanerLock(path).__enter__()
+    return error_text(raised.value, directory)
+
+
+def busy_subscriber(path: str, qualified: bool, directory: Path, namespace: dict) -> str:
+    """``billing`` consumed by another process, then asked for here."""
+    with compactlog.open(directory / path) as log:
+        log.append(b"k", b"v")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_SUBSCRIBER, path],
+        cwd=directory,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        with (
+            compactlog.open(directory / path) as log,
+            pytest.raises(compactlog.SubscriberBusyError) as raised,
+        ):
+            log.subscribe("billing")
+    finally:
+        holder.communicate("")
+    return error_text(raised.value, directory, qualified)
+
+
 SETUPS = {
     "customers-log": customers_log,
     "service-orders": service_orders,
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
+    "corrupt-orders": corrupt_orders,
+    "repair-orders": repair_orders,
+    "second-cleaner": second_cleaner,
+    "busy-subscriber": partial(busy_subscriber, SERVICE_LOG, False),
+    "busy-subscriber-srv": partial(busy_subscriber, "srv/orders.log", True),
 }
 
 
@@ -108,6 +186,17 @@ def test_an_output_block_must_match_the_run(tmp_path: Path):
     wrong = ok.replace("pid ...", "pid 7")
     with pytest.raises(DocError, match="the output differs"):
         run_page(page_of(tmp_path, wrong), tmp_path, {})
+
+
+def test_a_setups_text_is_the_output_compared_wrapped_or_in_part(tmp_path: Path):
+    said = {"say": lambda d, ns: f"Error: {d}/x: in use by pid 77; close\nit first\ndone"}
+    message = "Error: x: in use by\npid 4242; close it first done"
+    wrapped = f"<!-- doc: setup say; output wrapped -->\n```\n{message}\n```\n"
+    run_page(page_of(tmp_path, wrapped), tmp_path, said)
+    part = "<!-- doc: setup say; output part -->\n```\n  it first\n```\n"
+    run_page(page_of(tmp_path, part), tmp_path, said)
+    with pytest.raises(DocError, match="the output differs"):
+        run_page(page_of(tmp_path, part.replace("it first", "it last")), tmp_path, said)
 
 
 def test_a_listing_and_a_dump_are_compared_with_the_files(tmp_path: Path):
