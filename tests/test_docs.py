@@ -131,12 +131,47 @@ def busy_subscriber(path: str, qualified: bool, directory: Path, namespace: dict
     return error_text(raised.value, directory, qualified)
 
 
+CLEANER_CONFIG = """\
+roots = ["{root}/var/lib/app/logs"]
+
+[[override]]
+match = "orders-*"
+min_cleanable_dirty_ratio = 0.2
+
+[[override]]
+match = "{root}/var/lib/app/logs/audit-*"
+cleanup_policy = "compact,delete"
+"""
+
+
+def refused_override(directory: Path, namespace: dict[str, Any]) -> str:
+    """operations.md: the page's second override, one `config set` would refuse, at ``--check``."""
+    compactlog.open(directory / "var/lib/app/logs/audit-2024").close()
+    config = directory / "etc/compactlog/cleaner.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CLEANER_CONFIG.replace("{root}", str(directory)))
+    cleaner = str(Path(sys.executable).parent / "compactlog-cleaner")
+    run = subprocess.run([cleaner, "--config", str(config), "--check"], capture_output=True)
+    assert run.returncode == 2, run
+    return run.stderr.decode().replace(str(directory), "")
+
+
+def misspelled_option(directory: Path, namespace: dict[str, Any]) -> str:
+    """spark.md: a misspelled option, as Spark reports it."""
+    read = namespace["spark"].read.format("compactlog").option("valueFromat", "json")
+    with pytest.raises(Exception, match="PYTHON_DATA_SOURCE_ERROR") as raised:
+        read.load(f"{namespace['DATA']}/customers-log")
+    return f"{type(raised.value).__name__}: {raised.value}"
+
+
 SETUPS = {
     "customers-log": customers_log,
     "service-orders": service_orders,
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
     "corrupt-orders": corrupt_orders,
+    "refused-override": refused_override,
+    "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
     "busy-subscriber": partial(busy_subscriber, SERVICE_LOG, False),
