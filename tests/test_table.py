@@ -344,6 +344,20 @@ def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
     assert "restored 20k of 20k records" in caplog.text
 
 
+def test_restore_logs_when_it_ends_and_when_the_dict_is_built(tmp_path, caplog):
+    """However short the restore (no 5 s line), its end and the frozen state's dict are
+    each a line naming the log, the offset or the keys, and the time taken."""
+    import logging
+
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"k%d" % (i % 500), b"v") for i in range(2000)])
+        level = caplog.at_level(logging.INFO, logger="compactlog.table")
+        with level, Table(log.path, follow=False) as table:
+            table._parts[0].thaw()
+    assert f"{log.path}: restored to offset 2000 (500 keys), " in caplog.text
+    assert "the restored state's dict is built (500 keys), " in caplog.text
+
+
 def test_a_table_reads_the_declared_formats_and_waits_in_asyncio(tmp_path):
     import asyncio
 
