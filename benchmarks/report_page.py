@@ -49,8 +49,11 @@ def fenced(name: str, body: str) -> str:
     return f"<!-- generated: {name} -->\n{body.strip()}\n<!-- end generated -->"
 
 
-def splice(page: str, sections: Mapping[str, str]) -> str:
-    """``page`` with each named section's body replaced; missing ones appended at the end."""
+def splice(
+    page: str, sections: Mapping[str, str], headings: Mapping[str, str] | None = None
+) -> str:
+    """``page`` with each named section's body replaced; missing ones appended at the end,
+    under ``headings[name]`` (default: the name)."""
     left = dict(sections)
 
     def replace(match: re.Match[str]) -> str:
@@ -61,7 +64,8 @@ def splice(page: str, sections: Mapping[str, str]) -> str:
 
     text = SECTION.sub(replace, page)
     for name, body in left.items():
-        text = text.rstrip("\n") + f"\n\n## {name}\n\n{fenced(name, body)}\n"
+        heading = (headings or {}).get(name, name)
+        text = text.rstrip("\n") + f"\n\n## {heading}\n\n{fenced(name, body)}\n"
     return text if text.endswith("\n") else text + "\n"
 
 

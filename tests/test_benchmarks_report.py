@@ -58,11 +58,12 @@ def test_a_new_page_gets_the_sections_and_the_method(tmp_path: Path):
 
 
 def test_every_generated_section_of_the_docs_says_where_it_came_from():
+    """Its first line names the commit and the machine (bench_scale's says so in its own
+    words), or says that it was never measured."""
     bodies = bodies_of((DOCS / "benchmarks.md").read_text())
     assert {"setup", "results", "targets", "figure"} <= set(bodies)
     for name, body in bodies.items():
         first = body.splitlines()[0]
-        assert first.startswith(("_From `make bench` at commit ", "_Stale: from `make bench`")), (
-            name
-        )
-        assert " cores, " in first, name
+        if first.startswith("Not measured yet"):
+            continue
+        assert "commit " in first and " cores" in first and "Python" in first, name

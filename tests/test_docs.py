@@ -268,6 +268,8 @@ def test_the_hexdump_is_xxds_layout():
 # Paths the docs name as examples of a user's or an operator's files, not the repository's.
 EXAMPLE_PATHS = re.compile(r"^(/|~|\.\./|\$|<|data/|orders|users|events|ex/)")
 REPO_DIRS = ("compactlog/", "tests/", "benchmarks/", "docs/", "deploy/", "cli/", "cleaner/")
+# Written by a benchmark's first run on a quiet machine (the page says so), not before.
+NOT_YET = {"docs/bench_scale.json", "docs/bench_scale.png"}
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 CODE = re.compile(r"`([^`\s]+)`")
 
@@ -290,6 +292,8 @@ def test_every_relative_link_and_named_repository_path_exists():
     for page in PAGES:
         for kind, name in named_paths(page):
             base = page.parent if kind == "link" else ROOT
+            if name in NOT_YET:
+                continue
             if not (base / name).exists() and not (ROOT / name).exists():
                 missing.append(f"{page.relative_to(ROOT)}: {kind} {name}")
     assert not missing, "\n".join(missing)
