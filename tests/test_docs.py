@@ -4,7 +4,9 @@ reads the pages). The pages' hidden fixtures are below, each named on its page."
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -131,6 +133,30 @@ def busy_subscriber(path: str, qualified: bool, directory: Path, namespace: dict
     return error_text(raised.value, directory, qualified)
 
 
+def retention_skip(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §2c: 'worker-1' at 50 while retention moves the log start to 175, as
+    the warning reads with logging's default format."""
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    logger = logging.getLogger("compactlog.subscriber")
+    logger.addHandler(handler)
+    options = {"cleanup_policy": "delete", "segment_bytes": 4096, "retention_bytes": 1}
+    try:
+        with compactlog.open(directory / "retained", **options) as log:
+            for start in range(0, 200, 25):  # a segment each: 0, 25, ... 175 (active)
+                log.append_batch([(b"k%d" % n, b"x" * 100) for n in range(start, start + 25)])
+            with log.subscribe("worker-1") as sub:
+                sub.seek(50)
+                sub.commit()
+            log.enforce_retention()
+            with log.subscribe("worker-1") as sub:
+                sub.poll(max_records=1)
+    finally:
+        logger.removeHandler(handler)
+    return said.getvalue()
+
+
 CLEANER_CONFIG = """\
 roots = ["{root}/var/lib/app/logs"]
 
@@ -170,6 +196,7 @@ SETUPS = {
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
     "corrupt-orders": corrupt_orders,
+    "retention-skip": retention_skip,
     "refused-override": refused_override,
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
