@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import report_page
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = (1_000_000, 10_000_000, 50_000_000)
 DEFAULT_RESULTS = REPO_ROOT / "docs" / "bench_scale.json"
@@ -493,28 +495,14 @@ def plot(document: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def replace_section(text: str, name: str, body: str) -> str:
-    """``text`` with the generated section ``name`` holding ``body`` (added at the end when
-    it is not there yet)."""
-    start = f"<!-- generated: {name} -->"
-    end = "<!-- end generated -->"
-    block = f"{start}\n{body}\n{end}"
-    at = text.find(start)
-    if at < 0:
-        heading = "\n## Scale: every step from 1M records up (issue 33)\n\n"
-        return text.rstrip("\n") + "\n" + heading + block + "\n"
-    stop = text.find(end, at)
-    if stop < 0:
-        raise ValueError(f"section {name}: {start} without {end}")
-    return text[:at] + block + text[stop + len(end) :]
-
-
 def render(document: dict[str, Any], doc_path: Path, plot_path: Path) -> None:
     """Write the plot and the generated section of ``doc_path``."""
     drawn = plot(document, plot_path)
     relative = os.path.relpath(plot_path, doc_path.parent) if drawn else None
     text = doc_path.read_text() if doc_path.exists() else ""
-    doc_path.write_text(replace_section(text, SECTION, render_markdown(document, relative)))
+    heading = {SECTION: "Scale: every step from 1M records up (issue 33)"}
+    body = render_markdown(document, relative)
+    doc_path.write_text(report_page.splice(text, {SECTION: body}, heading))
 
 
 # -- the command line --------------------------------------------------------------------
