@@ -20,12 +20,19 @@ def _open_time_passes(directory: str) -> list[str]:
         return log.recovery_report
 
 
-def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
+def repair(
+    path: str | os.PathLike[str], *, dry_run: bool = False, rebuild_meta: bool = False
+) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    ``rebuild_meta``: a missing or unreadable ``meta`` is rebuilt from what the damaged file
+    and the segments still say, naming the settings it could not recover (without it, such
+    a log is refused).
     """
-    return _repair_files(path, dry_run=dry_run, open_passes=_open_time_passes)
+    return _repair_files(
+        path, dry_run=dry_run, open_passes=_open_time_passes, rebuild_meta=rebuild_meta
+    )
 
 
 __all__ = ["RepairReport", "repair"]

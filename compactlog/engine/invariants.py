@@ -37,7 +37,7 @@ from typing import Any
 from ..encoding.batch_decode import decode_batch
 from ..encoding.format import SEGMENT_MAGIC, check_file_header
 from ..errors import CompactLogError, LogCheckError
-from ..storage import filenames
+from ..storage import filenames, segment_chain
 from ..storage.head import Head, read_log_head
 from ..storage.segment import (
     HEADER_SIZE,
@@ -148,7 +148,12 @@ def verify_log(
     below the log start (``verify`` does, as repair moves them; they are no violation, as
     ``delete`` retention passes a subscriber by design, which then resumes at the start).
     """
-    from ..storage.state_files import list_checkpoints, read_cleaner_state, read_meta
+    from ..storage.state_files import (
+        list_checkpoints,
+        read_cleaner_state,
+        read_meta,
+        readable_checkpoints,
+    )
 
     report = VerifyReport(directory)
     try:
@@ -174,14 +179,8 @@ def verify_log(
             report.notes.append(f"{name}: unfinished rewrite or temporary file (removed on open)")
         elif kind.kind is filenames.FileKind.QUARANTINE:
             report.notes.append(f"{name}: quarantined unreadable bytes from an earlier repair")
-    if bases and meta.log_start_offset < bases[0] and bases[0] > 0:
-        report.problem(
-            "missing_segment",
-            filenames.segment_name(bases[0]),
-            None,
-            f"the log starts at offset {meta.log_start_offset} but the first segment starts at "
-            f"{bases[0]}: a segment is missing (repair accepts the loss)",
-        )
+    for file, message in segment_chain.problems(directory, bases, meta.log_start_offset):
+        report.problem("missing_segment", file, None, f"{message} (repair accepts the loss)")
     previous_next: int | None = None
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
@@ -205,7 +204,7 @@ def verify_log(
         report.problem(
             "checkpoint", os.path.basename(getattr(error, "path", "") or ""), 0, str(error)
         )
-        checkpoints = _readable_checkpoints(directory, parsed)
+        checkpoints = readable_checkpoints(directory)
     for subscriber, offset in checkpoints.items():
         name = filenames.checkpoint_name(subscriber)
         if name not in parsed:
@@ -243,20 +242,6 @@ def verify_log(
                 f"cleaner point {cleaner.first_dirty_offset} is beyond the log end {end}",
             )
     return report
-
-
-def _readable_checkpoints(directory: str, parsed: dict[str, Any]) -> dict[str, int]:
-    from ..storage.state_files import read_checkpoint_file
-
-    result = {}
-    for name, kind in parsed.items():
-        if kind.kind is filenames.FileKind.CHECKPOINT:
-            try:
-                subscriber, offset = read_checkpoint_file(directory, name)
-            except CompactLogError:
-                continue
-            result[subscriber] = offset
-    return result
 
 
 def _verify_segment(
