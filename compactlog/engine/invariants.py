@@ -179,8 +179,14 @@ def verify_log(
             report.notes.append(f"{name}: unfinished rewrite or temporary file (removed on open)")
         elif kind.kind is filenames.FileKind.QUARANTINE:
             report.notes.append(f"{name}: quarantined unreadable bytes from an earlier repair")
+    orphans = {
+        filenames.segment_name(k.base_offset or 0)
+        for k in parsed.values()
+        if k.kind is filenames.FileKind.INDEX and k.base_offset not in bases
+    }
     for file, message in segment_chain.problems(directory, bases, meta.log_start_offset):
-        report.problem("missing_segment", file, None, f"{message} (repair accepts the loss)")
+        if file not in orphans:  # (its orphan index said so already)
+            report.problem("missing_segment", file, None, f"{message} (repair accepts the loss)")
     previous_next: int | None = None
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
