@@ -17,7 +17,9 @@ Who writes links, so that they survive every legitimate removal of a segment:
 - ``repair`` when it accepts a loss (:func:`relink`): the segment before a hole names the
   segment after it.
 
-Retention removes segments from the front only, which no link names. The newest segment
+Retention removes segments from the front only, which no link names. While a swap is under
+way (or interrupted, until the next writer or cleaner resolves it), the rewrite may already
+link past the segments the swap is removing: the chain is whole without those. The newest segment
 has no link (nothing follows it yet), and its predecessor's link may name a segment that a
 power loss took back before its directory entry was synced (docs/format.md 10.1): the
 newest segment's own link is therefore never checked against a successor that is absent.
@@ -144,7 +146,21 @@ def problems(directory: str, bases: Sequence[int], log_start: int) -> list[tuple
                 "are missing",
             )
         )
-    found.extend((b.file, b.message()) for b in find_breaks(directory, bases))
+    found.extend((b.file, b.message()) for b in _chain_breaks(directory, bases))
+    return found
+
+
+def _chain_breaks(directory: str, bases: Sequence[int]) -> list[Break]:
+    """:func:`find_breaks`, allowing for a compaction swap under way or interrupted: from
+    its step 3 the group's rewrite links past the segments the swap then removes (the
+    intent names them), so the chain is whole with or without them."""
+    from .swap import read_intent
+
+    found = find_breaks(directory, bases)
+    intent = read_intent(directory) if found else None
+    if intent is not None:
+        without = find_breaks(directory, [b for b in bases if b not in intent[1]])
+        found = without if len(without) < len(found) else found
     return found
 
 

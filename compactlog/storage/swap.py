@@ -85,6 +85,17 @@ def _remove_segments(fs: FileSystem, directory: str, bases: list[int]) -> None:
                 continue
 
 
+def read_intent(directory: str) -> tuple[int, list[int]] | None:
+    """The first segment and the others of a swap under way or interrupted (step 2 wrote
+    it), or ``None``."""
+    try:
+        with open(os.path.join(directory, SWAP_INTENT), "rb") as handle:
+            intent = json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    return int(intent["first"]), [int(b) for b in intent["others"]]
+
+
 def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     """Finish or undo a swap that a dead (or failed) cleaner left (caller holds the cleaner
     lock).
@@ -102,13 +113,10 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     3. remove the ``.rw`` files and fsync the directory.
     """
     intent_path = os.path.join(directory, SWAP_INTENT)
-    try:
-        with open(intent_path, "rb") as handle:
-            intent = json.loads(handle.read())
-    except FileNotFoundError:
+    intent = read_intent(directory)
+    if intent is None:
         return []
-    first = int(intent["first"])
-    others = [int(b) for b in intent["others"]]
+    first, others = intent
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     if os.path.exists(log_rw):
         # 1. (at the log's own index interval, as the writer and the cleaner index)
