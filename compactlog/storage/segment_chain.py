@@ -35,6 +35,9 @@ from ..encoding.format import FILE_HEADER, SEGMENT_MAGIC
 from ..errors import MissingSegmentError
 from . import filenames
 from .fsio import FileSystem
+from .segment import list_segments
+from .state_files import read_meta
+from .swap_intent import read_intent
 
 LINKED = 1  # file header flags bit 0: ``reserved`` holds the span to the next segment
 LINK_AT = 10  # flags u16 and reserved u32 are bytes [10, 16) of the file header
@@ -154,8 +157,6 @@ def _chain_breaks(directory: str, bases: Sequence[int]) -> list[Break]:
     """:func:`find_breaks`, allowing for a compaction swap under way or interrupted: from
     its step 3 the group's rewrite links past the segments the swap then removes (the
     intent names them), so the chain is whole with or without them."""
-    from .swap import read_intent
-
     found = find_breaks(directory, bases)
     intent = read_intent(directory) if found else None
     if intent is not None:
@@ -168,9 +169,6 @@ def check_chain(directory: str, log_start: int) -> None:
     """Raise :class:`MissingSegmentError` for the first of :func:`problems`: what every
     open checks. A compaction swap or retention between the listing and the headers can
     make a disagreement that is not there: it must hold on :data:`CHECK_ATTEMPTS` looks."""
-    from .segment import list_segments
-    from .state_files import read_meta
-
     found: list[tuple[str, str]] = []
     for attempt in range(CHECK_ATTEMPTS):
         if attempt:

@@ -38,6 +38,7 @@ from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, segment_path
 from .state_files import read_meta
+from .swap_intent import read_intent
 from .tail import rebuild_index
 
 
@@ -83,17 +84,6 @@ def _remove_segments(fs: FileSystem, directory: str, bases: list[int]) -> None:
                 fs.remove(path)
             except FileNotFoundError:
                 continue
-
-
-def read_intent(directory: str) -> tuple[int, list[int]] | None:
-    """The first segment and the others of a swap under way or interrupted (step 2 wrote
-    it), or ``None``."""
-    try:
-        with open(os.path.join(directory, SWAP_INTENT), "rb") as handle:
-            intent = json.loads(handle.read())
-    except FileNotFoundError:
-        return None
-    return int(intent["first"]), [int(b) for b in intent["others"]]
 
 
 def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
