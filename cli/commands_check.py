@@ -63,9 +63,10 @@ def verify(path: str, as_json: bool) -> int:
     extra = (
         f", {human_bytes(report.unreadable_bytes)} unreadable" if report.unreadable_bytes else ""
     )
+    flag = " --rebuild-meta" if any(p.kind == "meta" for p in report.problems) else ""
     click.echo(
-        f"FAILED: {len(report.problems)} problem(s){extra}; `compactlog repair {report.path}` "
-        "fixes what can be fixed without losing a valid batch"
+        f"FAILED: {len(report.problems)} problem(s){extra}; `compactlog repair {report.path}"
+        f"{flag}` fixes what can be fixed without losing a valid batch"
     )
     return 1
 
@@ -81,9 +82,23 @@ def verify(path: str, as_json: bool) -> int:
     help="Rebuild a missing or unreadable meta from what the damaged file and the segments "
     "still hold, naming every setting it could not recover (defaults are used for those).",
 )
+@click.option(
+    "--meta-from",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="With --rebuild-meta: a snapshot or backup of this log whose meta supplies the "
+    "settings the damaged one no longer shows.",
+)
 @force_option
 @json_option
-def repair(path: str, dry_run: bool, rebuild_meta: bool, force: bool, as_json: bool) -> int:
+def repair(
+    path: str,
+    dry_run: bool,
+    rebuild_meta: bool,
+    meta_from: str | None,
+    force: bool,
+    as_json: bool,
+) -> int:
     """Fix what can be fixed without deleting a valid batch (jlogctl repair).
 
     Removes unfinished rewrites, fixes a stale log start and subscriber checkpoints below it,
@@ -102,9 +117,11 @@ def repair(path: str, dry_run: bool, rebuild_meta: bool, force: bool, as_json: b
       compactlog repair ./log
       compactlog repair ./log --json
       compactlog repair ./log --rebuild-meta
+      compactlog repair ./log --rebuild-meta --meta-from ./log-snapshot
     """
     import compactlog
 
+    rebuild_meta = rebuild_meta or meta_from is not None
     directory = log_dir(path, meta_optional=rebuild_meta)
     if not dry_run:
         refuse_if_busy(
@@ -113,7 +130,9 @@ def repair(path: str, dry_run: bool, rebuild_meta: bool, force: bool, as_json: b
             why="repair truncates segments, removes files and rewrites the log start and "
             "checkpoints under a writer that keeps appending from its own view of them",
         )
-    report = compactlog.repair(directory, dry_run=dry_run, rebuild_meta=rebuild_meta)
+    report = compactlog.repair(
+        directory, dry_run=dry_run, rebuild_meta=rebuild_meta, meta_from=meta_from
+    )
     fixes = list(report.fixes)
     if as_json:
         emit_json({"path": directory, "dry_run": dry_run, "clean": not fixes, "fixes": fixes})

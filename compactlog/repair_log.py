@@ -21,17 +21,26 @@ def _open_time_passes(directory: str) -> list[str]:
 
 
 def repair(
-    path: str | os.PathLike[str], *, dry_run: bool = False, rebuild_meta: bool = False
+    path: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    rebuild_meta: bool = False,
+    meta_from: str | os.PathLike[str] | None = None,
 ) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait).
     ``rebuild_meta``: a missing or unreadable ``meta`` is rebuilt from what the damaged file
     and the segments still say, naming the settings it could not recover (without it, such
-    a log is refused).
+    a log is refused). ``meta_from``: a snapshot or backup of this log whose ``meta``
+    supplies the settings the damaged one no longer shows (implies ``rebuild_meta``).
     """
     return _repair_files(
-        path, dry_run=dry_run, open_passes=_open_time_passes, rebuild_meta=rebuild_meta
+        path,
+        dry_run=dry_run,
+        open_passes=_open_time_passes,
+        rebuild_meta=rebuild_meta or meta_from is not None,
+        meta_from=None if meta_from is None else os.fspath(meta_from),
     )
 
 

@@ -135,3 +135,28 @@ def test_a_meta_of_a_newer_format_is_refused_not_rebuilt(tmp_path):
     with pytest.raises(CompactLogError, match="newer"):
         compactlog.repair(path, rebuild_meta=True)
     assert json.loads((path / "meta").read_text())["format_version"] == 99
+
+
+def test_a_deleted_meta_is_rebuilt_from_a_snapshot_of_the_log(tmp_path):
+    path, snapshot = tmp_path / "log", tmp_path / "snap"
+    before = make_log(path)
+    with compactlog.open(path) as log:
+        log.snapshot(snapshot)
+    original = read_meta(str(path))
+    os.remove(path / "meta")
+    report = compactlog.repair(path, meta_from=snapshot)
+    assert not [f for f in report.fixes if "not recovered" in f], report.fixes
+    meta = read_meta(str(path))
+    assert (meta.config, meta.log_id) == (original.config, original.log_id)
+    assert verify_log(str(path)).ok
+    assert records(path) == before
+
+
+def test_a_damaged_log_start_never_hides_records(tmp_path):
+    path = tmp_path / "log"
+    before = make_log(path)
+    text = (path / "meta").read_text().replace('"log_start_offset": 0', '"log_start_offset": 8')
+    (path / "meta").write_text(text.replace('"magic": "compactlog"', '"magic": "compactlog\x00'))
+    compactlog.repair(path, rebuild_meta=True)
+    assert read_meta(str(path)).log_start_offset == 0
+    assert records(path) == before

@@ -360,13 +360,15 @@ def repair(
     dry_run: bool = False,
     open_passes: Callable[[str], list[str]],
     rebuild_meta: bool = False,
+    meta_from: str | None = None,
 ) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait).
     ``open_passes(directory)`` opens the log for writing, runs the open-time passes and
     returns their report (``compactlog.repair`` passes one: this module is below ``log.py``).
-    ``rebuild_meta``: rebuild a missing or unreadable ``meta`` (``repair_state.py``).
+    ``rebuild_meta``: rebuild a missing or unreadable ``meta`` (``repair_state.py``), over
+    the settings of ``meta_from`` (a snapshot or backup of the log) when given.
     """
     from ..storage.fsio import DEFAULT_FS
     from ..storage.state_files import read_meta, readable_checkpoints, write_checkpoint, write_meta
@@ -400,7 +402,9 @@ def repair(
 
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         if rebuild_meta:
-            report.fixes.extend(repair_state.rebuild_meta(fs, directory, dry_run=dry_run))
+            report.fixes.extend(
+                repair_state.rebuild_meta(fs, directory, dry_run=dry_run, source=meta_from)
+            )
             if dry_run and repair_state.meta_problem(directory) is not None:
                 return report  # (nothing more can be judged without a meta)
         meta = read_meta(directory)

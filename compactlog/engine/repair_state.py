@@ -97,8 +97,13 @@ def _salvage(data: bytes) -> dict[str, Any]:
     return found
 
 
-def rebuild_meta(fs: FileSystem, directory: str, *, dry_run: bool) -> list[str]:
-    """Write a new ``meta`` from what the damaged one and the segments still say."""
+def rebuild_meta(
+    fs: FileSystem, directory: str, *, dry_run: bool, source: str | None = None
+) -> list[str]:
+    """Write a new ``meta`` from what the damaged one still says, over ``source``'s (the
+    ``meta`` of a snapshot or a backup of this log, when given), over the defaults. The log
+    start is the first segment's base: the segments say where the log begins, and a damaged
+    start could hide (and retention then delete) records that are there."""
     problem = meta_problem(directory)
     if problem is None:
         return []
@@ -108,7 +113,12 @@ def rebuild_meta(fs: FileSystem, directory: str, *, dry_run: bool) -> list[str]:
         with open(path, "rb") as handle:
             data = handle.read()
     salvaged = _salvage(data)
-    config = LogConfig()
+    config, log_id = LogConfig(), salvaged.get("log_id")
+    lines = [f"meta: {problem}"]
+    if source is not None:
+        earlier = read_meta(os.path.abspath(source))
+        config, log_id = earlier.config, log_id or earlier.log_id
+        lines.append(f"took the settings of {os.path.join(source, filenames.META)}")
     kept: list[str] = []
     for name in LogConfig.names():
         if name not in salvaged:
@@ -118,20 +128,17 @@ def rebuild_meta(fs: FileSystem, directory: str, *, dry_run: bool) -> list[str]:
         except (ConfigError, TypeError, ValueError):
             continue
         kept.append(name)
-    lost = [n for n in LogConfig.names() if n not in kept]
+    lost = [] if source is not None else [n for n in LogConfig.names() if n not in kept]
     bases = list_segments(directory)
-    start = salvaged.get("log_start_offset")
-    if not isinstance(start, int) or start < 0 or (bases and start < bases[0]):
-        start = bases[0] if bases else 0
-    log_id = salvaged.get("log_id")
+    start = bases[0] if bases else 0
     fresh_id = not (isinstance(log_id, str) and re.fullmatch(r"[0-9a-f]{32}", log_id))
     meta = Meta(config=config, log_start_offset=start, log_id=new_log_id() if fresh_id else log_id)
-    lines = [f"meta: {problem}"]
     if data:
         lines.append(f"moved the damaged meta to {filenames.quarantine_name(filenames.META, 0)}")
+    values = ", ".join(f"{n}={getattr(config, n)!r}" for n in kept)
     lines.append(
-        f"rebuilt meta: log start {start}, "
-        + (f"settings recovered: {', '.join(kept)}" if kept else "no setting recovered")
+        f"rebuilt meta: log start {start} (the first segment's base); "
+        + (f"settings read from the damaged meta (check them): {values}" if kept else "")
     )
     if lost:
         lines.append(
