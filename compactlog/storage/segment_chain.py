@@ -76,10 +76,13 @@ def stamp(fs: FileSystem, fd: int, base: int, following: int | None) -> None:
 def read_header(directory: str, base: int) -> bytes | None:
     """The first 16 bytes of segment ``base`` (``None``: the file is gone)."""
     try:
-        with open(os.path.join(directory, filenames.segment_name(base)), "rb") as handle:
-            return handle.read(FILE_HEADER.size)
+        fd = os.open(os.path.join(directory, filenames.segment_name(base)), os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        return os.pread(fd, FILE_HEADER.size, 0)
+    finally:
+        os.close(fd)
 
 
 def relink(fs: FileSystem, directory: str, base: int, following: int | None) -> None:
