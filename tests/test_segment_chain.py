@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import compactlog
 from compactlog.engine.invariants import verify_log
@@ -137,3 +140,64 @@ def test_a_log_written_before_the_chain_opens_and_verifies_as_before(tmp_path):
         segment_chain.next_base(segment_chain.read_header(str(path), bases[-1]), bases[-1])
         == list_segments(str(path))[len(bases)]
     )
+
+
+def test_read_only_opens_beside_compaction_and_retention_never_raise_a_false_alarm(tmp_path):
+    path = tmp_path / "log"
+    settings = {"cleanup_policy": "compact,delete", "retention_bytes": 20000}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def open_again_and_again() -> None:
+        while not stop.is_set():
+            try:
+                compactlog.open(path, read_only=True).close()
+            except BaseException as error:
+                failures.append(error)
+                return
+
+    with compactlog.open(path, segment_bytes=1024, sync="os", **settings) as log:
+        log.append(b"k", b"v")
+        reader = threading.Thread(target=open_again_and_again)
+        reader.start()
+        try:
+            for round_ in range(30):
+                for i in range(60):
+                    log.append(f"k{i % 7}".encode(), b"v%d" % (round_ * 60 + i) * 5)
+                log.compact(force=True)  # swaps groups, then removes from the front
+        finally:
+            stop.set()
+            reader.join()
+    assert not failures, failures[0]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(st.sampled_from(["append", "compact", "reopen"]), min_size=3, max_size=12),
+    victim=st.floats(min_value=0, max_value=0.999),
+)
+def test_whatever_the_history_a_deleted_segment_is_found(tmp_path_factory, steps, victim):
+    path = tmp_path_factory.mktemp("chain") / "log"
+    log = compactlog.open(path, segment_bytes=1024, sync="os", cleanup_policy="compact,delete")
+    try:
+        for n, step in enumerate(["append", *steps]):
+            if step == "append":
+                log.append_batch([(f"k{(n * 13 + i) % 17}".encode(), b"x" * 30) for i in range(40)])
+            elif step == "compact":
+                log.compact(force=True)
+            else:
+                log.close()
+                log = compactlog.open(path)
+    finally:
+        log.close()
+    bases = list_segments(str(path))
+    assert verify_log(str(path)).ok
+    if len(bases) < 2:
+        return
+    gone = bases[int(victim * (len(bases) - 1))]  # any segment but the newest
+    remove_segment(path, gone, with_index=False)
+    with pytest.raises(MissingSegmentError):
+        compactlog.open(path, read_only=True)
+    assert not verify_log(str(path)).ok
