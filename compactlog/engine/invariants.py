@@ -8,8 +8,9 @@ What holds in a log:
 1. Segments: each has the segment file header; bases ascend without overlap (a segment's
    base is at or after the previous one's next offset: compaction drops batches and
    recovery leaves lost offsets unused, so gaps are allowed, overlaps never); no index
-   without its segment (a segment removed from the middle); the first segment is not past
-   the log start offset.
+   without its segment (a segment removed from the middle); each linked segment is
+   followed by the segment it names, and the first is not past the log start offset
+   (``storage/segment_chain.py``: none missing, none foreign).
 2. Batches: whole and valid back to back from byte 16 (``deep``: CRC, decodable columns,
    record offsets in order), base offsets at or after the segment's base and strictly
    increasing. Only the newest segment may end in a torn tail (a write a crash cut), and
