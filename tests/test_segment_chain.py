@@ -90,6 +90,21 @@ def test_a_segment_of_another_log_is_not_taken_for_one_of_this_log(tmp_path):
     assert ("missing_segment", filenames.segment_name(foreign)) in kinds
 
 
+def test_repair_moves_a_segment_of_another_log_aside_and_keeps_this_logs_records(tmp_path):
+    path, other = tmp_path / "log", tmp_path / "other"
+    bases = make_log(path, segment_bytes=4096)
+    everything = offsets(path)
+    foreign = next(b for b in make_log(other, segment_bytes=2048) if b not in bases and b > 0)
+    for name in (filenames.segment_name(foreign), filenames.index_name(foreign)):
+        shutil.copy(other / name, path / name)
+    report = compactlog.repair(path)
+    moved = filenames.quarantine_name(filenames.segment_name(foreign), 0)
+    assert [f for f in report.fixes if f.endswith(f"moved it aside to {moved}")], report.fixes
+    assert (path / moved).exists()
+    assert verify_log(str(path)).ok
+    assert offsets(path) == everything
+
+
 def test_the_chain_stays_whole_through_compaction_and_retention(tmp_path):
     path = tmp_path / "log"
     settings = {"cleanup_policy": "compact,delete", "retention_bytes": 12000}

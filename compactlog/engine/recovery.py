@@ -477,12 +477,7 @@ def repair(
                 dry_run=dry_run,
                 interval=meta.config.index_interval_bytes,
             )
-        for hole in segment_chain.find_breaks(directory, list_segments(directory)):
-            fix(
-                f"{hole.message()}: accepted the loss, {filenames.segment_name(hole.base)} "
-                f"now links to {filenames.segment_name(hole.found)}",
-                lambda h=hole: segment_chain.relink(fs, directory, h.base, h.found),
-            )
+        report.fixes.extend(repair_state.repair_chain(fs, directory, dry_run=dry_run))
         if not dry_run:
             for name in (filenames.CLEAN_SHUTDOWN,):
                 try:

@@ -19,6 +19,9 @@ Nothing here deletes bytes: a file that cannot be read is moved aside as
   more work, nothing lost).
 - a segment file header that is not a segment header (:func:`rebuilt_header`): written
   anew; the batches behind it are then checked one by one as for any segment.
+- the segment chain broken (:func:`repair_chain`): a segment gone is a loss accepted by
+  relinking; a segment of another log (its offsets overlap the segment before it) is moved
+  aside.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from ..encoding.format import (
     check_file_header,
 )
 from ..errors import CompactLogError, ConfigError
-from ..storage import filenames
+from ..storage import filenames, segment_chain
 from ..storage.fsio import FileSystem
 from ..storage.log_identity import new_log_id
-from ..storage.segment import list_segments
+from ..storage.segment import Damage, list_segments, walk
 from ..storage.state_files import (
     Meta,
     read_checkpoint_file,
@@ -219,6 +222,57 @@ def repair_cleaner_checkpoint(fs: FileSystem, directory: str, *, dry_run: bool) 
     ]
 
 
+def _offsets(directory: str, base: int) -> tuple[int, int] | None:
+    """The first batch's base offset and the next offset after the last valid batch of
+    segment ``base`` (``None``: it holds no valid batch)."""
+    with open(os.path.join(directory, filenames.segment_name(base)), "rb") as handle:
+        data = handle.read()
+    headers = [h for _p, h in walk(data, FILE_HEADER.size, len(data)) if not isinstance(h, Damage)]
+    return (headers[0].base_offset, headers[-1].next_offset) if headers else None
+
+
+def _stray(directory: str, hole: segment_chain.Break) -> bool:
+    """Whether the segment a link skips over is another log's: its records overlap those of
+    the segment before it. (Else it is taken for this log's, and the link for the damage:
+    a link has no checksum.)"""
+    before, found = _offsets(directory, hole.base), _offsets(directory, hole.found)
+    return before is not None and found is not None and found[0] < before[1]
+
+
+def repair_chain(fs: FileSystem, directory: str, *, dry_run: bool) -> list[str]:
+    """Make the segment chain whole (``segment_chain.py``): a segment that is gone is a loss
+    accepted by linking the segment before it to the one after it; a segment of another log
+    is moved aside with its index (``<name>.0.quarantine``)."""
+    lines: list[str] = []
+    for _ in range(len(list_segments(directory)) + 1):
+        holes = segment_chain.find_breaks(directory, list_segments(directory))
+        if not holes:
+            break
+        for hole in holes if dry_run else holes[:1]:
+            if hole.expected > hole.found and _stray(directory, hole):
+                name = filenames.segment_name(hole.found)
+                lines.append(
+                    f"{hole.message()}: its offsets overlap those of "
+                    f"{filenames.segment_name(hole.base)}; moved it aside to "
+                    f"{filenames.quarantine_name(name, 0)}"
+                )
+                if not dry_run:
+                    index = filenames.index_name(hole.found)
+                    if os.path.exists(os.path.join(directory, index)):
+                        _quarantine(fs, directory, index)
+                    _quarantine(fs, directory, name)
+            else:
+                lines.append(
+                    f"{hole.message()}: accepted the loss, {filenames.segment_name(hole.base)} "
+                    f"now links to {filenames.segment_name(hole.found)}"
+                )
+                if not dry_run:
+                    segment_chain.relink(fs, directory, hole.base, hole.found)
+        if dry_run:
+            break
+    return lines
+
+
 def rebuilt_header(data: bytes) -> tuple[bytes, str] | None:
     """A new file header for a segment whose header is damaged, and why (``None``: the
     header is good, or of a newer format version, which is never overwritten)."""
@@ -237,6 +291,7 @@ __all__ = [
     "meta_problem",
     "rebuild_meta",
     "rebuilt_header",
+    "repair_chain",
     "repair_checkpoints",
     "repair_cleaner_checkpoint",
 ]
