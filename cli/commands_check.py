@@ -35,7 +35,7 @@ def verify(path: str, as_json: bool) -> int:
     from .common import writer_holders
     from .scan import verify_log
 
-    directory = log_dir(path)
+    directory = log_dir(path, meta_optional=True)
     report = verify_log(directory, writers_active=bool(writer_holders(directory)))
     if is_snapshot(directory):
         report.notes.append(f"a snapshot: files checked against {MANIFEST}")
@@ -63,9 +63,10 @@ def verify(path: str, as_json: bool) -> int:
     extra = (
         f", {human_bytes(report.unreadable_bytes)} unreadable" if report.unreadable_bytes else ""
     )
+    flag = " --rebuild-meta" if any(p.kind == "meta" for p in report.problems) else ""
     click.echo(
-        f"FAILED: {len(report.problems)} problem(s){extra}; `compactlog repair {report.path}` "
-        "fixes what can be fixed without losing a valid batch"
+        f"FAILED: {len(report.problems)} problem(s){extra}; `compactlog repair {report.path}"
+        f"{flag}` fixes what can be fixed without losing a valid batch"
     )
     return 1
 
@@ -75,14 +76,38 @@ def verify(path: str, as_json: bool) -> int:
 @click.option(
     "--dry-run", is_flag=True, help="Only report what would be fixed (exit 1 if anything)."
 )
+@click.option(
+    "--rebuild-meta",
+    is_flag=True,
+    help="Rebuild a missing or unreadable meta from what the damaged file and the segments "
+    "still hold, naming every setting it could not recover (defaults are used for those).",
+)
+@click.option(
+    "--meta-from",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="With --rebuild-meta: a snapshot or backup of this log whose meta supplies the "
+    "settings the damaged one no longer shows.",
+)
 @force_option
 @json_option
-def repair(path: str, dry_run: bool, force: bool, as_json: bool) -> int:
+def repair(
+    path: str,
+    dry_run: bool,
+    rebuild_meta: bool,
+    meta_from: str | None,
+    force: bool,
+    as_json: bool,
+) -> int:
     """Fix what can be fixed without deleting a valid batch (jlogctl repair).
 
     Removes unfinished rewrites, fixes a stale log start and subscriber checkpoints below it,
-    rebuilds wrong indexes, clears an uncleanable mark, and moves unreadable bytes into
-    `<segment>.<position>.quarantine` files instead of discarding them. Stop writers first:
+    rebuilds wrong indexes and damaged segment file headers, clears an uncleanable mark,
+    relinks the segment chain over a segment that is gone (accepting the loss), moves
+    unreadable bytes into `<segment>.<position>.quarantine` files instead of discarding
+    them, and moves an unreadable subscriber checkpoint (the subscriber restarts at the log
+    start) or cleaner checkpoint (the cleaner starts over) aside as `<name>.0.quarantine`.
+    A missing or unreadable meta is rebuilt only with --rebuild-meta. Stop writers first:
     it refuses while one has the log open unless --force. The dry run changes nothing but
     briefly takes the writers' lock.
 
@@ -91,10 +116,13 @@ def repair(path: str, dry_run: bool, force: bool, as_json: bool) -> int:
       compactlog repair ./log --dry-run
       compactlog repair ./log
       compactlog repair ./log --json
+      compactlog repair ./log --rebuild-meta
+      compactlog repair ./log --rebuild-meta --meta-from ./log-snapshot
     """
     import compactlog
 
-    directory = log_dir(path)
+    rebuild_meta = rebuild_meta or meta_from is not None
+    directory = log_dir(path, meta_optional=rebuild_meta)
     if not dry_run:
         refuse_if_busy(
             directory,
@@ -102,7 +130,9 @@ def repair(path: str, dry_run: bool, force: bool, as_json: bool) -> int:
             why="repair truncates segments, removes files and rewrites the log start and "
             "checkpoints under a writer that keeps appending from its own view of them",
         )
-    report = compactlog.repair(directory, dry_run=dry_run)
+    report = compactlog.repair(
+        directory, dry_run=dry_run, rebuild_meta=rebuild_meta, meta_from=meta_from
+    )
     fixes = list(report.fixes)
     if as_json:
         emit_json({"path": directory, "dry_run": dry_run, "clean": not fixes, "fixes": fixes})

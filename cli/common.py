@@ -94,8 +94,12 @@ def raw_option(func: F) -> F:
 WORKING_ON: list[str] = []
 
 
-def log_dir(path: str) -> str:
-    """``path`` as an absolute directory that holds a log, or exit 2 saying why not."""
+def log_dir(path: str, *, meta_optional: bool = False) -> str:
+    """``path`` as an absolute directory that holds a log, or exit 2 saying why not.
+    ``meta_optional``: a directory of segments whose ``meta`` is gone will do (verify
+    reports it, ``repair --rebuild-meta`` rebuilds it)."""
+    from compactlog.storage.state_files import missing_meta_hint
+
     directory = os.path.abspath(path)
     WORKING_ON.append(directory)
     if not os.path.exists(directory):
@@ -103,7 +107,9 @@ def log_dir(path: str) -> str:
     if not os.path.isdir(directory):
         raise UsageProblem("not a directory", path=directory)
     if not os.path.exists(os.path.join(directory, filenames.META)):
-        raise UsageProblem("not a compactlog log (no meta file)", path=directory)
+        hint = missing_meta_hint(directory)
+        if not (meta_optional and hint):
+            raise UsageProblem(f"not a compactlog log (no meta file){hint}", path=directory)
     return directory
 
 

@@ -45,7 +45,7 @@ from .errors import (
     ReadOnlyLogError,
     SettingIgnoredWarning,
 )
-from .storage import filenames, retention
+from .storage import filenames, retention, segment_chain
 from .storage.cleaner_lock import CleanerLock
 from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
 from .storage.head import (
@@ -58,7 +58,14 @@ from .storage.head import (
 from .storage.log_identity import new_log_id
 from .storage.logdirs import absolute_directory, wait_for_log
 from .storage.segment import TimestampCache, list_segments, segment_data_size
-from .storage.state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
+from .storage.state_files import (
+    Meta,
+    add_log_id,
+    list_checkpoints,
+    missing_meta_hint,
+    read_meta,
+    write_meta,
+)
 
 if TYPE_CHECKING:  # imported where used: they pull in modules an open need not load
     from .compaction.stats import CleanerStats
@@ -158,7 +165,9 @@ class Log(LogAppends):
         self._own_append = False  # whether this object has an append of its own
         try:
             self.meta = self._load_or_create(create, config)
-            if not read_only:
+            if read_only:  # (a writer's recovery checks it in pass 3)
+                segment_chain.check_chain(self.directory, self.meta.log_start_offset)
+            else:
                 self.writer = SegmentWriter(
                     self.directory,
                     self.fs,
@@ -246,7 +255,8 @@ class Log(LogAppends):
         if entries:
             raise NotALogError(
                 f"directory is not empty and has no meta file ({len(entries)} entries, "
-                f"e.g. {sorted(entries)[0]!r}): not a compactlog log",
+                f"e.g. {sorted(entries)[0]!r}): not a compactlog log"
+                + missing_meta_hint(self.directory),
                 path=self.directory,
             )
 

@@ -20,14 +20,30 @@ def _open_time_passes(directory: str) -> list[str]:
         return log.recovery_report
 
 
-def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
+def repair(
+    path: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    rebuild_meta: bool = False,
+    meta_from: str | os.PathLike[str] | None = None,
+) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait). A log that
     an ``exclusive=True`` writer holds is refused at once:
     :class:`~compactlog.errors.LogLockedError` names its pid.
+    ``rebuild_meta``: a missing or unreadable ``meta`` is rebuilt from what the damaged file
+    and the segments still say, naming the settings it could not recover (without it, such
+    a log is refused). ``meta_from``: a snapshot or backup of this log whose ``meta``
+    supplies the settings the damaged one no longer shows (implies ``rebuild_meta``).
     """
-    return _repair_files(path, dry_run=dry_run, open_passes=_open_time_passes)
+    return _repair_files(
+        path,
+        dry_run=dry_run,
+        open_passes=_open_time_passes,
+        rebuild_meta=rebuild_meta or meta_from is not None,
+        meta_from=None if meta_from is None else os.fspath(meta_from),
+    )
 
 
 __all__ = ["RepairReport", "repair"]

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import compactlog
-from compactlog.storage import filenames, swap
+from compactlog.storage import filenames, segment_chain, swap
 from compactlog.storage.fsio import DEFAULT_FS
 from compactlog.storage.segment import list_segments, read_index
 from compactlog.storage.state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
@@ -206,6 +206,9 @@ def test_interrupted_swap_after_the_renames_is_completed(log_dir):
     merged = (log_dir / filenames.segment_name(first)).read_bytes()
     for base in others:
         merged += (log_dir / filenames.segment_name(base)).read_bytes()[16:]
+    # (swap step 0: the rewrite takes the link of the group's last segment)
+    last = (log_dir / filenames.segment_name(others[-1])).read_bytes()[:16]
+    merged = segment_chain.with_link(merged, first, segment_chain.next_base(last, others[-1]))
     (log_dir / filenames.segment_name(first)).write_bytes(merged)
     (log_dir / swap.SWAP_INTENT).write_text(json.dumps({"first": first, "others": others}))
     os.remove(log_dir / filenames.index_name(first))

@@ -8,8 +8,9 @@ What holds in a log:
 1. Segments: each has the segment file header; bases ascend without overlap (a segment's
    base is at or after the previous one's next offset: compaction drops batches and
    recovery leaves lost offsets unused, so gaps are allowed, overlaps never); no index
-   without its segment (a segment removed from the middle); the first segment is not past
-   the log start offset.
+   without its segment (a segment removed from the middle); each linked segment is
+   followed by the segment it names, and the first is not past the log start offset
+   (``storage/segment_chain.py``: none missing, none foreign).
 2. Batches: whole and valid back to back from byte 16 (``deep``: CRC, decodable columns,
    record offsets in order), base offsets at or after the segment's base and strictly
    increasing. Only the newest segment may end in a torn tail (a write a crash cut), and
@@ -37,7 +38,7 @@ from typing import Any
 from ..encoding.batch_decode import decode_batch
 from ..encoding.format import SEGMENT_MAGIC, check_file_header
 from ..errors import CompactLogError, LogCheckError
-from ..storage import filenames
+from ..storage import filenames, segment_chain
 from ..storage.head import Head, read_log_head
 from ..storage.segment import (
     HEADER_SIZE,
@@ -148,7 +149,12 @@ def verify_log(
     below the log start (``verify`` does, as repair moves them; they are no violation, as
     ``delete`` retention passes a subscriber by design, which then resumes at the start).
     """
-    from ..storage.state_files import list_checkpoints, read_cleaner_state, read_meta
+    from ..storage.state_files import (
+        list_checkpoints,
+        read_cleaner_state,
+        read_meta,
+        readable_checkpoints,
+    )
 
     report = VerifyReport(directory)
     try:
@@ -174,14 +180,14 @@ def verify_log(
             report.notes.append(f"{name}: unfinished rewrite or temporary file (removed on open)")
         elif kind.kind is filenames.FileKind.QUARANTINE:
             report.notes.append(f"{name}: quarantined unreadable bytes from an earlier repair")
-    if bases and meta.log_start_offset < bases[0] and bases[0] > 0:
-        report.problem(
-            "missing_segment",
-            filenames.segment_name(bases[0]),
-            None,
-            f"the log starts at offset {meta.log_start_offset} but the first segment starts at "
-            f"{bases[0]}: a segment is missing (repair accepts the loss)",
-        )
+    orphans = {
+        filenames.segment_name(k.base_offset or 0)
+        for k in parsed.values()
+        if k.kind is filenames.FileKind.INDEX and k.base_offset not in bases
+    }
+    for file, message in segment_chain.problems(directory, bases, meta.log_start_offset):
+        if file not in orphans:  # (its orphan index said so already)
+            report.problem("missing_segment", file, None, f"{message} (repair accepts the loss)")
     previous_next: int | None = None
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
@@ -205,7 +211,7 @@ def verify_log(
         report.problem(
             "checkpoint", os.path.basename(getattr(error, "path", "") or ""), 0, str(error)
         )
-        checkpoints = _readable_checkpoints(directory, parsed)
+        checkpoints = readable_checkpoints(directory)
     for subscriber, offset in checkpoints.items():
         name = filenames.checkpoint_name(subscriber)
         if name not in parsed:
@@ -243,20 +249,6 @@ def verify_log(
                 f"cleaner point {cleaner.first_dirty_offset} is beyond the log end {end}",
             )
     return report
-
-
-def _readable_checkpoints(directory: str, parsed: dict[str, Any]) -> dict[str, int]:
-    from ..storage.state_files import read_checkpoint_file
-
-    result = {}
-    for name, kind in parsed.items():
-        if kind.kind is filenames.FileKind.CHECKPOINT:
-            try:
-                subscriber, offset = read_checkpoint_file(directory, name)
-            except CompactLogError:
-                continue
-            result[subscriber] = offset
-    return result
 
 
 def _verify_segment(

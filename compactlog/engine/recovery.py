@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ..encoding.format import SEGMENT_FILE_HEADER
 from ..errors import CorruptLogError, LogLockedError, MissingSegmentError
-from ..storage import filenames, swap
+from ..storage import filenames, segment_chain, swap
 from ..storage.fsio import FileSystem
 from ..storage.head import (
     SYNC_POINT_END,
@@ -75,6 +75,7 @@ from ..storage.segment import (
     walk,
 )
 from ..storage.tail import rebuild_index
+from . import repair_state
 
 if TYPE_CHECKING:
     from .logview import LogView
@@ -286,13 +287,7 @@ def _check_closed_segments(log: LogView, report: list[str]) -> None:
         with open(path, "rb") as handle:
             check_segment_header(path, handle.read(HEADER_SIZE))
     log_start = log.meta.log_start_offset
-    if bases and log_start < bases[0] and bases[0] > 0:
-        raise MissingSegmentError(
-            f"the log starts at offset {log_start} but the first segment starts at {bases[0]}: "
-            "a segment is missing; run repair to accept the loss",
-            path=directory,
-            position=0,
-        )
+    segment_chain.check_chain(directory, log_start)  # (none missing, none foreign)
     for base in remove_below_start(log.fs, directory, log_start):
         report.append(
             f"removed segment {filenames.segment_name(base)} below the log start {log_start}"
@@ -363,7 +358,12 @@ class RepairReport:
 
 
 def repair(
-    path: str | os.PathLike[str], *, dry_run: bool = False, open_passes: Callable[[str], list[str]]
+    path: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    open_passes: Callable[[str], list[str]],
+    rebuild_meta: bool = False,
+    meta_from: str | None = None,
 ) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
@@ -372,13 +372,16 @@ def repair(
     its pid, as that writer keeps the lock for as long as it runs).
     ``open_passes(directory)`` opens the log for writing, runs the open-time passes and
     returns their report (``compactlog.repair`` passes one: this module is below ``log.py``).
+    ``rebuild_meta``: rebuild a missing or unreadable ``meta`` (``repair_state.py``), over
+    the settings of ``meta_from`` (a snapshot or backup of the log) when given.
     """
     from ..storage.fsio import DEFAULT_FS
-    from ..storage.state_files import list_checkpoints, read_meta, write_checkpoint, write_meta
+    from ..storage.state_files import read_meta, readable_checkpoints, write_checkpoint, write_meta
 
     directory = os.path.abspath(os.fspath(path))
     report = RepairReport(directory, dry_run=dry_run)
-    meta = read_meta(directory)
+    if not rebuild_meta or repair_state.meta_problem(directory) is None:
+        read_meta(directory)  # (a damaged meta is named, with the flag that rebuilds it)
     fs = DEFAULT_FS
 
     def fix(message: str, action: object = None) -> None:
@@ -413,6 +416,13 @@ def repair(
         import fcntl
 
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        if rebuild_meta:
+            report.fixes.extend(
+                repair_state.rebuild_meta(fs, directory, dry_run=dry_run, source=meta_from)
+            )
+            if dry_run and repair_state.meta_problem(directory) is not None:
+                return report  # (nothing more can be judged without a meta)
+        meta = read_meta(directory)
         # an interrupted segment swap is finished or undone first: its .rw files decide which
         if os.path.exists(os.path.join(directory, swap.SWAP_INTENT)):
             if dry_run:
@@ -457,7 +467,9 @@ def repair(
         if not dry_run:
             write_meta(fs, directory, meta)
         start = max(meta.log_start_offset, first) if bases else meta.log_start_offset
-        for subscriber, offset in list_checkpoints(directory).items():
+        report.fixes.extend(repair_state.repair_checkpoints(fs, directory, start, dry_run=dry_run))
+        report.fixes.extend(repair_state.repair_cleaner_checkpoint(fs, directory, dry_run=dry_run))
+        for subscriber, offset in readable_checkpoints(directory).items():
             if offset < start:
                 fix(
                     f"fixing checkpoint of subscriber {subscriber!r}: offset {offset} "
@@ -480,6 +492,7 @@ def repair(
                 dry_run=dry_run,
                 interval=meta.config.index_interval_bytes,
             )
+        report.fixes.extend(repair_state.repair_chain(fs, directory, dry_run=dry_run))
         if not dry_run:
             for name in (filenames.CLEAN_SHUTDOWN,):
                 try:
@@ -545,6 +558,17 @@ def _repair_segment(
                 handle.write(SEGMENT_FILE_HEADER)
                 handle.truncate(HEADER_SIZE)
         data = SEGMENT_FILE_HEADER
+    rebuilt = repair_state.rebuilt_header(data)
+    if rebuilt is not None:  # (the batches behind it are checked below)
+        report.fixes.append(f"{name}: rebuilt a damaged file header ({rebuilt[1]})")
+        if not dry_run:
+            fd = fs.open(path, os.O_WRONLY)
+            try:
+                fs.pwrite(fd, rebuilt[0], 0)
+                fs.fsync(fd)
+            finally:
+                fs.close(fd)
+        data = rebuilt[0] + data[HEADER_SIZE:]
     keep: list[tuple[int, int]] = []  # valid batch ranges
     bad: list[tuple[int, int]] = []  # unreadable ranges
     for pos, item in walk(data, HEADER_SIZE, len(data)):
@@ -553,7 +577,7 @@ def _repair_segment(
         else:
             keep.append((pos, pos + item.length))
     if bad:
-        rewritten = SEGMENT_FILE_HEADER + b"".join(data[a:b] for a, b in keep)
+        rewritten = data[:HEADER_SIZE] + b"".join(data[a:b] for a, b in keep)  # (its link)
         for a, b in bad:
             quarantine = filenames.quarantine_name(name, a)
             report.fixes.append(

@@ -373,7 +373,7 @@ class SegmentWriter(LingerAppends, PrecommitAppends, WriterSyncs):
         """Start a new segment at the end offset (caller holds both locks). Crash protocol:
 
         0. Cut the room an exclusive writer reserved past the data (``tailmap.py``) off the
-           old segment, and ``fdatasync`` it (under every sync policy: one per segment):
+           old segment, link it to the new base (``segment_chain.py``), and ``fdatasync`` it:
            death or a power loss before the sync leaves that segment active in the head,
            with the zeros past its data that the next writer truncates, or its unsynced
            tail, which the next writer validates. After it, the segment is whole on disk, so
@@ -389,7 +389,7 @@ class SegmentWriter(LingerAppends, PrecommitAppends, WriterSyncs):
         assert self.active is not None
         base = self.end_offset
         old = self.active
-        old.cut_reserved()  # 0.
+        old.cut_reserved(link_to=base)  # 0.
         self._fdatasync(old.fd)
         # 1. publish the new head first, keeping the flag that
         #    tells the next writer to materialize our precommit entries if we die

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..encoding.format import INDEX_ENTRY
+from . import segment_chain
 from .fsio import FileSystem
 from .segment import HEADER_SIZE
 from .tailmap import TailWindow
@@ -102,14 +103,17 @@ class ActiveSegment:
             self.window = None
             window.close()
 
-    def cut_reserved(self) -> None:
+    def cut_reserved(self, link_to: int | None = None) -> None:
         """Cut the reserved room off (caller holds both locks): before a roll publishes
         the next segment, so a closed segment holds data only, and before a clean close,
-        whose marker vouches that the file ends where the head says."""
+        whose marker vouches that the file ends where the head says. A roll passes the
+        next segment's base as ``link_to``: the header's link (``segment_chain.py``)."""
         self.drop_window()
         if self.reserved:
             self.fs.truncate(self.fd, self.size)
             self.reserved = False
+        if link_to is not None:
+            segment_chain.stamp(self.fs, self.fd, self.base, link_to)
 
     def close(self) -> None:
         """Stop appending here: unmap, close the segment and its index."""

@@ -47,25 +47,46 @@ class Meta:
         return json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
 
 
-def _load_json(path: str) -> dict[str, Any]:
+def _load_json(path: str, hint: str = "") -> dict[str, Any]:
+    """The JSON object in ``path``; ``hint`` ends the error's message (what repairs it)."""
     with open(path, "rb") as handle:
         data = handle.read()
     try:
         document = json.loads(data)
     except ValueError as error:
-        raise CorruptLogError(f"not valid JSON ({error})", path=path, position=0) from None
+        raise CorruptLogError(f"not valid JSON ({error}){hint}", path=path, position=0) from None
     if not isinstance(document, dict):
-        raise CorruptLogError("expected a JSON object", path=path, position=0)
+        raise CorruptLogError(f"expected a JSON object{hint}", path=path, position=0)
     return document
+
+
+def missing_meta_hint(directory: str) -> str:
+    """What to do about a directory of segments without ``meta`` ("" when it has none)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return ""
+    if not any(filenames.parse_filename(n).kind is filenames.FileKind.SEGMENT for n in names):
+        return ""
+    return (
+        f"; it holds segments: if it is a log whose meta was lost, "
+        f"`compactlog repair {directory} --rebuild-meta` rebuilds it"
+    )
+
+
+def _rebuild_hint(directory: str) -> str:
+    return f"; `compactlog repair {directory} --rebuild-meta` rebuilds it"
 
 
 def read_meta(directory: str) -> Meta:
     path = os.path.join(directory, filenames.META)
     if not os.path.exists(path):
-        raise NotALogError("not a compactlog log (no meta file)", path=directory)
-    document = _load_json(path)
+        raise NotALogError(
+            f"not a compactlog log (no meta file){missing_meta_hint(directory)}", path=directory
+        )
+    document = _load_json(path, hint=_rebuild_hint(directory))
     if document.get("magic") != META_MAGIC:
-        raise NotALogError("meta file is not compactlog's", path=path)
+        raise NotALogError(f"meta file is not compactlog's{_rebuild_hint(directory)}", path=path)
     version = document.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise NotALogError(
@@ -127,12 +148,16 @@ def write_checkpoint(fs: FileSystem, directory: str, subscriber: str, offset: in
 
 
 def read_checkpoint_file(directory: str, name: str) -> tuple[str, int]:
-    document = _load_json(os.path.join(directory, name))
+    hint = (
+        f"; `compactlog repair {directory}` moves it aside and restarts the subscriber at the "
+        "log start"
+    )
+    document = _load_json(os.path.join(directory, name), hint)
     subscriber = document.get("subscriber")
     offset = document.get("offset")
     if not isinstance(subscriber, str) or not isinstance(offset, int) or offset < 0:
         raise CorruptLogError(
-            "checkpoint lacks a subscriber name or offset",
+            f"checkpoint lacks a subscriber name or offset{hint}",
             path=os.path.join(directory, name),
             position=0,
         )
@@ -145,6 +170,20 @@ def list_checkpoints(directory: str) -> dict[str, int]:
     for name in sorted(os.listdir(directory)):
         if filenames.parse_filename(name).kind is filenames.FileKind.CHECKPOINT:
             subscriber, offset = read_checkpoint_file(directory, name)
+            result[subscriber] = offset
+    return result
+
+
+def readable_checkpoints(directory: str) -> dict[str, int]:
+    """:func:`list_checkpoints` without the ones that cannot be read (``verify`` and
+    ``repair`` report those on their own)."""
+    result: dict[str, int] = {}
+    for name in sorted(os.listdir(directory)):
+        if filenames.parse_filename(name).kind is filenames.FileKind.CHECKPOINT:
+            try:
+                subscriber, offset = read_checkpoint_file(directory, name)
+            except CorruptLogError:
+                continue
             result[subscriber] = offset
     return result
 
@@ -191,7 +230,9 @@ def read_cleaner_state(directory: str) -> CleanerState:
     path = os.path.join(directory, filenames.CLEANER_CHECKPOINT)
     if not os.path.exists(path):
         return CleanerState()
-    document = _load_json(path)
+    document = _load_json(
+        path, f"; `compactlog repair {directory}` moves it aside (the cleaner starts over)"
+    )
     horizon = document.get("tombstone_horizon")
     return CleanerState(
         first_dirty_offset=int(document.get("first_dirty_offset", 0)),

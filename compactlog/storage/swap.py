@@ -3,6 +3,8 @@
 Crash protocol of :func:`replace_segments` (caller holds the cleaner lock; the rewrite
 ``<first>.log.rw`` and ``<first>.idx.rw`` are complete):
 
+0. Give the ``.log.rw`` the link of the group's last segment (``segment_chain.py``): it
+   names the segment after the group. Death here: the ``.rw`` files are never trusted.
 1. fsync both ``.rw`` files, then the directory, so that their entries are on disk before
    the intent that relies on them (a file system that reorders metadata, btrfs-like, could
    otherwise keep the intent and lose the ``.log.rw``, and recovery would complete a swap
@@ -31,17 +33,27 @@ import os
 
 from ..config import LogConfig
 from ..errors import CompactLogError
-from . import filenames
+from . import filenames, segment_chain
 from .filenames import SWAP_INTENT
 from .fsio import FileSystem
 from .segment import index_path, segment_path
 from .state_files import read_meta
+from .swap_intent import read_intent
 from .tail import rebuild_index
 
 
 def replace_segments(fs: FileSystem, directory: str, first: int, others: list[int]) -> None:
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     idx_rw = filenames.rewrite_name(index_path(directory, first))
+    # 0.
+    last = others[-1] if others else first
+    header = segment_chain.read_header(directory, last)
+    following = None if header is None else segment_chain.next_base(header, last)
+    fd = fs.open(log_rw, os.O_RDWR)
+    try:
+        segment_chain.stamp(fs, fd, first, following)
+    finally:
+        fs.close(fd)
     # 1.
     for path in (log_rw, idx_rw):
         fd = fs.open(path, os.O_RDONLY)
@@ -91,13 +103,10 @@ def resolve_interrupted_swap(fs: FileSystem, directory: str) -> list[str]:
     3. remove the ``.rw`` files and fsync the directory.
     """
     intent_path = os.path.join(directory, SWAP_INTENT)
-    try:
-        with open(intent_path, "rb") as handle:
-            intent = json.loads(handle.read())
-    except FileNotFoundError:
+    intent = read_intent(directory)
+    if intent is None:
         return []
-    first = int(intent["first"])
-    others = [int(b) for b in intent["others"]]
+    first, others = intent
     log_rw = filenames.rewrite_name(segment_path(directory, first))
     if os.path.exists(log_rw):
         # 1. (at the log's own index interval, as the writer and the cleaner index)
