@@ -31,13 +31,21 @@ class CleanerStats:
     first_dirty_offset: int = 0  # the cleaner point before the pass
     first_uncleanable_offset: int = 0  # active segment or min_compaction_lag_ms bound
     new_first_dirty_offset: int = 0  # the cleaner point after the pass
+    # after the pass (dirty.measure again), when it cleaned
+    dirty_ratio_after: float | None = None
+    dirty_bytes_after: int = 0  # closed segments rolled while the pass ran
+    lagging_bytes: int = 0  # closed segments held back by min_compaction_lag_ms
     # offset map
-    map_entries: int = 0
+    map_entries: int = 0  # the most keys one offset map held (one per partition)
     map_capacity: int = 0
-    map_records: int = 0  # dirty-section records fed to the map
-    map_bytes_read: int = 0  # dirty-section bytes read to build the map
+    map_records: int = 0  # keyed records of the cleanable range fed to the maps
+    map_bytes_read: int = 0  # bytes of the cleanable range read to find the latest offsets
     verify_bytes_read: int = 0  # bytes whose CRC was checked before any file changed
-    map_full: bool = False
+    map_full: bool = False  # (always false: the maps are partitioned to fit, latest.py)
+    keys: int = 0  # distinct keys in the cleanable range
+    partitions: int = 0  # offset maps filled: 1, or one per spill file resolved
+    spill_bytes_written: int = 0
+    spill_bytes_read: int = 0
     # rewrite
     bytes_read: int = 0
     bytes_written: int = 0
