@@ -163,7 +163,10 @@ def clean_log(
         )
     except Aborted:
         stats.aborted = True
-        stats.skipped = "aborted (should_abort)"
+        stats.skipped = (
+            f"aborted (should_abort) before the pass ended: the cleaner point did not move "
+            f"and the dirty ratio stays {stats.dirty_ratio:.3f}; the next pass starts over"
+        )
         return _done(stats, started)
     except WriteFailed as failure:
         error = public_error(failure, fs, directory)

@@ -123,7 +123,7 @@ class LatestFinder:
         if span <= self.capacity:
             self.map = OffsetMap(buffer_bytes)
         else:
-            want = -(-2 * span // self.capacity)  # partitions of half a map's keys at most
+            want = -(-span // self.capacity)  # partitions of at most a map's records
             self.bits = min(max((want - 1).bit_length(), 1), MAX_PARTITIONS.bit_length() - 1)
             self.files = [self._new_file() for _ in range(1 << self.bits)]
 

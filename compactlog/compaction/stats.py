@@ -100,10 +100,32 @@ class CleanerStats:
         )
         return document
 
+    def outcome(self) -> str:
+        """The dirty ratio before and after, and what is left and why (one line)."""
+        before = f"dirty ratio {self.dirty_ratio:.3f}"
+        if not self.cleaned or self.dirty_ratio_after is None:
+            return f"{before}, unchanged: the cleaner point did not move"
+        text = f"{before} before, {self.dirty_ratio_after:.3f} after"
+        left = []
+        if self.dirty_bytes_after:
+            left.append(
+                f"{self.dirty_bytes_after / MB:.1f} MB in segments closed during the pass "
+                "(run again)"
+            )
+        if self.lagging_bytes:
+            left.append(f"{self.lagging_bytes / MB:.1f} MB held back by min_compaction_lag_ms")
+        if self.throttled_seconds:
+            left.append(f"throttled {self.throttled_seconds:.1f} s")
+        if not left:
+            return text + ": the cleanable section is clean"
+        return text + "; " + "; ".join(left)
+
     def summary(self, name: str = "log") -> str:
-        """Kafka's cleaner log line, adapted."""
+        """Kafka's cleaner log line, adapted, and :meth:`outcome`."""
         if not self.cleaned:
             why = self.uncleanable or self.skipped or ("aborted" if self.aborted else "not run")
+            if self.aborted:
+                why += f": {self.outcome()}"
             return f"Cleaner did not clean {name}: {why}"
         total = self.elapsed_seconds or 1e-9
         reduction = 1 - self.bytes_written / self.bytes_read if self.bytes_read else 0.0
@@ -117,7 +139,9 @@ class CleanerStats:
                 f"\tIndexed {self.map_records} records in {self.map_seconds:.1f} seconds "
                 f"({100 * self.map_seconds / total:.1f}% of total time)",
                 f"\tBuffer utilization: {100 * self.map_fill:.1f}% "
-                f"({self.map_entries} of {self.map_capacity} keys)",
+                f"({self.map_entries} of {self.map_capacity} keys; {self.keys} keys in "
+                f"{self.partitions} partition(s), {self.spill_bytes_written / MB:.1f} MB "
+                "spilled)",
                 f"\tCleaned {self.records_read} records in {self.clean_seconds:.1f} seconds "
                 f"({100 * self.clean_seconds / total:.1f}% of total time)",
                 f"\tStart size: {self.bytes_read / MB:.1f} MB ({self.records_read} messages, "
@@ -126,5 +150,6 @@ class CleanerStats:
                 f"messages, {self.segments_after} segments)",
                 f"\t{100 * reduction:.1f}% size reduction ({100 * fewer:.1f}% fewer messages, "
                 f"{self.tombstones_removed} tombstones removed)",
+                f"\t{self.outcome()[0].upper()}{self.outcome()[1:]}",
             ]
         )
