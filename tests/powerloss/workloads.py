@@ -228,6 +228,21 @@ def compaction(session: Session) -> None:
         log.compact(force=True)
 
 
+def compaction_spilled(session: Session) -> None:
+    """A forced pass whose range has more offsets than its map has room for keys
+    (``cleaner_buffer_bytes=4096``: 170), so the keys go through spill files
+    (``compaction/latest.py``): their creation, writes and removal are crash points too, and
+    a spill file a crash leaves behind must never change what the log holds."""
+    written = records(240, keys=60, size=40)
+    written += records(250, size=40)[240:]  # ten keys whose only record must survive
+    session.expect(written)
+    _create(
+        session, written, len(written), segment_bytes=4096, cleaner_buffer_bytes=4096, sync="always"
+    )
+    with session.recording(), compactlog.open(session.log) as log:
+        log.compact(force=True)
+
+
 def tombstone_expiry(session: Session) -> None:
     """A forced pass that removes expired tombstones (``delete_retention_ms=0``; an earlier
     pass, in the setup, passed them): what it removes must stay below the tombstone
@@ -467,6 +482,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("precommit", buffered(precommit_bytes=4096)),
         Workload("linger", buffered(linger_ms=10_000)),
         Workload("compaction", compaction, rule="latest"),
+        Workload("compaction-spilled", compaction_spilled, rule="latest"),
         Workload("tombstone-expiry", tombstone_expiry, rule="expiry"),
         Workload("retention", retention, rule="suffix"),
         Workload("snapshot", snapshot),
