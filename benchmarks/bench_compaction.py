@@ -27,10 +27,10 @@ pass pays per segment and how much of the head a pass reads for its map
 
 Small map (issue 33, :func:`run_small_map`, ``--small-map N ...``): ``N`` records, keys of
 16-24 bytes over ``N // 10`` distinct keys, 100-byte values, 5% tombstones, appended in
-batches of 1,000 into 4 MiB segments, compacted with ``cleaner_buffer_bytes`` = 256 KiB (10,922 keys) until the
-cleaner point reaches the first uncleanable offset, in a child process. It reports the
-passes, the CPU microseconds per record and the bytes read and written (log and spill files)
-per byte of log: flat in ``N`` when compaction is linear.
+batches of 1,000 into 4 MiB segments, compacted with ``cleaner_buffer_bytes`` = 256 KiB
+(10,922 keys) until the cleaner point reaches the first uncleanable offset, in a child
+process. It reports the passes, the CPU microseconds per record and the bytes read and
+written (log and spill files) per byte of log: flat in ``N`` when compaction is linear.
 
 The same job without compactlog: an SQLite table ``latest(k BLOB PRIMARY KEY, v BLOB)``
 fed with ``INSERT OR REPLACE`` in transactions of 10,000 rows (WAL, ``synchronous=NORMAL``),

@@ -1,7 +1,9 @@
 """The cleaning algorithm (Kafka's ``Cleaner``): pure, given ``now`` and ``should_abort``.
 
-:func:`clean_log` runs one pass over a log directory: select the dirty section, build the
-offset map over it, verify what will be rewritten, rewrite closed segments in groups
+:func:`clean_log` runs one pass over a log directory: select the dirty section, find the
+latest offset of every key of the segments to clean (``latest.py``: in bounded memory,
+spilling by digest range, so one pass cleans up to the first uncleanable offset whatever
+the number of keys), verify what will be rewritten, rewrite closed segments in groups
 through ``storage/swap.py`` (whose docstring is the crash protocol), write the checkpoint.
 The caller holds the cleaner lock; writers append and readers read throughout. The steps,
 the rules for what a record keeps and how a pass stays fast: docs/compaction.md ("How a
