@@ -140,15 +140,21 @@ print(json.dumps({"elapsed": elapsed, "cpu": cpu, "passes": passes, "baseline_rs
 """
 
 
-def compact_in_child(path: Path) -> dict[str, Any]:
+def run_child(script: str, path: Path) -> dict[str, Any]:
+    """Run a compaction ``script`` on the log at ``path`` in a child process; its last
+    line of output, as JSON."""
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
+        [sys.executable, "-c", script, str(path)],
         check=True,
         capture_output=True,
         text=True,
         cwd=REPO,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compact_in_child(path: Path) -> dict[str, Any]:
+    return run_child(_CHILD, path)
 
 
 def check_output(
@@ -326,14 +332,7 @@ def run_partial(root: Path | None = None) -> dict[str, Any]:
                     [(b"key-%06d" % (i % PARTIAL_KEYS), b"v" * 64) for i in range(lo, lo + 10)]
                 )
         segments = len(list(path.glob("*.log")))
-        out = subprocess.run(
-            [sys.executable, "-c", _PARTIAL_CHILD, str(path)],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )
-        child = json.loads(out.stdout.strip().splitlines()[-1])
+        child = run_child(_PARTIAL_CHILD, path)
         with compactlog.open(path, read_only=True) as log:
             from compactlog.engine.latest import latest_dict
 
@@ -423,14 +422,7 @@ def run_small_map(sizes: list[int], root: Path | None = None) -> dict[str, Any]:
         try:
             path = base / "log"
             log_bytes = write_small_map_log(path, records)
-            out = subprocess.run(
-                [sys.executable, "-c", _SMALL_MAP_CHILD, str(path)],
-                check=True,
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-            )
-            child = json.loads(out.stdout.strip().splitlines()[-1])
+            child = run_child(_SMALL_MAP_CHILD, path)
             result[f"n{records}"] = {
                 "records": records,
                 "log_bytes": log_bytes,

@@ -40,7 +40,7 @@ from ..storage.segment import (
 )
 from ..storage.state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
-from .dirty import Segment, closed_segments, measure
+from .dirty import Segment, closed_segments, measure, measure_log
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
 from .group import GroupWriter
 from .latest import LatestFinder, LatestOffsets
@@ -405,16 +405,11 @@ def _measure_after(
     stats: CleanerStats,
 ) -> None:
     """The dirty ratio after the pass, and what is left uncleaned and why."""
-    segments, active_base, active_bytes = closed_segments(directory)
-    share = measure(
+    share = measure_log(  # the checkpoint just written holds the new cleaner point
         directory,
-        segments,
-        active_base,
-        cleaner_point=stats.new_first_dirty_offset,
-        log_start=log_start,
         min_compaction_lag_ms=config.min_compaction_lag_ms,
+        log_start=log_start,
         now=now,
-        active_bytes=active_bytes,
         timestamp_cache=timestamp_cache,
     )
     stats.dirty_ratio_after = share.ratio
