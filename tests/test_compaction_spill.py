@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import compactlog
@@ -68,7 +68,7 @@ def test_one_pass_leaves_one_record_per_key_with_io_bounded_by_the_log_size(tmp_
     """Issue 33's 240,000 records over 60,000 keys with a 256 KiB map (10,922 keys),
     scaled down by 10: 24,000 records over 6,000 keys, a 26 KiB map (1,109 keys). On the
     old cleaner one pass removed nothing; now it leaves the cleanable section clean,
-    reading the log about twice, writing at most its size, spilling 24 bytes a record."""
+    reading the log about twice, writing at most its size, spilling at most 24 bytes a record."""
     model = Model()
     with compactlog.open(
         tmp_path / "log", segment_bytes=64 << 10, cleaner_buffer_bytes=26 << 10
@@ -83,7 +83,7 @@ def test_one_pass_leaves_one_record_per_key_with_io_bounded_by_the_log_size(tmp_
         assert stats.dirty_ratio == 1.0 and stats.dirty_ratio_after == 0.0
         read = stats.bytes_read + stats.map_bytes_read + stats.verify_bytes_read
         assert read <= 2 * size and stats.bytes_written <= size
-        assert stats.spill_bytes_written == 24 * stats.map_records  # no partition split
+        assert 0 < stats.spill_bytes_written <= 24 * stats.map_records  # no partition split
         assert stats.spill_bytes_read == stats.spill_bytes_written
         assert "the cleanable section is clean" in stats.summary()
         assert not _spill_files(log.directory)
@@ -184,6 +184,8 @@ def test_spill_files_a_crash_left_are_removed_on_open_and_by_the_next_pass(tmp_p
     rounds=st.lists(st.integers(1, 900), min_size=1, max_size=3),
     seed=st.integers(0, 2**16),
 )
+# the map filled at its last merge, after every window was put (a bug found by this test)
+@example(buffer_bytes=6000, segment_bytes=1024, keys=262, rounds=[1, 702, 93], seed=1)
 def test_every_pass_leaves_exactly_the_latest_record_per_key_below_the_cleaner_point(
     tmp_path_factory, buffer_bytes, segment_bytes, keys, rounds, seed
 ):

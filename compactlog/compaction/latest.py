@@ -7,17 +7,16 @@ whose bit is set iff that offset is the latest of its key in the range. The rewr
 reads only the bitmap: no digest, no search, and one rewrite per pass whatever the number
 of keys.
 
-Two ways, chosen before reading (``end - start`` offsets bound the records):
-
-- **direct**: the range has at most as many offsets as the offset map has room for keys
-  (``cleaner_buffer_bytes // 24``): every key fits, the records go straight into one
-  :class:`~compactlog.encoding.offset_map.OffsetMap`;
-- **spilled**: otherwise each ``(hi, lo, offset)`` (24 bytes) is appended to one of ``P``
-  spill files (``cleaner.spill.<n>``, temporary names of ``storage/filenames.py``) chosen by
-  the top bits of the digest, ``P`` a power of two up to :data:`MAX_PARTITIONS`. Each file is
-  then read back in offset order into a fresh offset map; a file whose keys outgrow the map
-  is split :data:`SPLIT` ways by the next digest bits (and its map dropped), and so on. A
-  key's records all land in one file, so each map's latest offsets are final.
+Records go into one :class:`~compactlog.encoding.offset_map.OffsetMap` while their keys fit
+it (``cleaner_buffer_bytes // 24``): no file is written. When the map fills, the finder
+starts **spilling**: the map's entries (each key's latest offset so far, in offset order) and
+every record after them go, as ``(hi, lo, offset)`` (24 bytes), to one of ``P`` spill files
+(``cleaner.spill.<pid>.<n>.tmp``, temporary names of ``storage/filenames.py``) chosen by the
+top bits of the digest, ``P`` a power of two of about ``(end - start)`` over the map's
+capacity, at most :data:`MAX_PARTITIONS`. Each file is then read back in offset order into
+a fresh offset map; a file whose keys outgrow the map is split :data:`SPLIT` ways by the
+next digest bits (and its map dropped), and so on. A key's records all land in one file,
+so each map's latest offsets are final.
 
 I/O bound: the log is read once here and once by the rewrite, and written once; spill files
 take 24 bytes per keyed record, written ``1 + s`` times and read at most ``1 + 2 s`` times
@@ -111,33 +110,52 @@ class LatestFinder:
         self.abort, self.account = abort, account
         self.capacity = max(buffer_bytes // BYTES_PER_ENTRY, 1)
         self.latest = LatestOffsets(fs, directory, start, end, buffer_bytes)
-        self.map: OffsetMap | None = None
+        self.map: OffsetMap | None = OffsetMap(buffer_bytes)  # None once spilling
+        self.unmerged: list[np.ndarray] = []  # records put since the map's last merge
         self.files: list[_SpillFile] = []
         self.bits = 0  # digest bits the first split uses
-        self.partitions = 0  # offset maps filled (files, or 1 for the direct way)
+        self.span = end - start
+        self.partitions = 0  # offset maps filled (files, or 1 without spilling)
         self.keys = 0  # distinct keys found
         self.peak_keys = 0  # the most keys one map held
         self.spill_bytes_written = 0
         self.spill_bytes_read = 0
-        span = end - start
-        if span <= self.capacity:
-            self.map = OffsetMap(buffer_bytes)
-        else:
-            want = -(-span // self.capacity)  # partitions of at most a map's records
-            self.bits = min(max((want - 1).bit_length(), 1), MAX_PARTITIONS.bit_length() - 1)
-            self.files = [self._new_file() for _ in range(1 << self.bits)]
 
     def _new_file(self) -> _SpillFile:
         return _SpillFile(self.fs, self.directory)
 
     def put(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> None:
         """Take one window's keyed records (ascending offsets, after every earlier window)."""
-        if self.map is not None:
-            accepted = self.map.put(hi, lo, offsets)
-            assert accepted, "the direct way's map has room for every offset of the range"
+        if self.map is None:
+            self._spill(_records(hi, lo, offsets))
             return
-        records = np.empty(len(offsets), dtype=RECORD)
-        records["hi"], records["lo"], records["off"] = hi, lo, offsets
+        self.unmerged.append((hi, lo, offsets))
+        if not self.map.put(hi, lo, offsets):
+            self._start_spilling(self.unmerged)
+            return
+        # the map's stage is the last windows put: keep those, let the merged ones go
+        staged = self.map.staged
+        held = sum(len(w[2]) for w in self.unmerged)
+        while self.unmerged and held - len(self.unmerged[0][2]) >= staged:
+            held -= len(self.unmerged.pop(0)[2])
+
+    def _start_spilling(self, unmerged: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """The map is full: its entries (the latest offset of every key so far, put in
+        offset order) and the records it left out become the spill files' first records."""
+        assert self.map is not None and self.map.full_at is not None
+        full_at = self.map.full_at
+        want = max(-(-self.span // self.capacity), 2)  # partitions of a map's records at most
+        self.bits = min((want - 1).bit_length(), MAX_PARTITIONS.bit_length() - 1)
+        self.files = [self._new_file() for _ in range(1 << self.bits)]
+        order = np.argsort(self.map.off)
+        self._spill(_records(self.map.hi[order], self.map.lo[order], self.map.off[order]))
+        self.map = None
+        self.unmerged = []
+        for hi, lo, offsets in unmerged:
+            left_out = offsets >= full_at
+            self._spill(_records(hi[left_out], lo[left_out], offsets[left_out]))
+
+    def _spill(self, records: np.ndarray) -> None:
         written = _distribute(records, self.files, 64 - self.bits, self.bits)
         self.spill_bytes_written += written
         self.account(written)
@@ -145,9 +163,12 @@ class LatestFinder:
     def finish(self) -> LatestOffsets:
         """Resolve every map into the bitmap; the spill files are gone afterwards."""
         if self.map is not None:
-            self._found(self.map)
-            self.map = None
-            return self.latest
+            self.map.flush()  # the last merge may find the map full too
+            if self.map.full_at is None:
+                self._found(self.map)
+                self.map = None
+                return self.latest
+            self._start_spilling(self.unmerged)
         files, self.files = self.files, []
         pending = [(f, 64 - self.bits) for f in files]
         for spill in files:
@@ -222,6 +243,12 @@ class LatestFinder:
             spill.remove()
         self.files = []
         self.latest.close(self.fs)
+
+
+def _records(hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    records = np.empty(len(offsets), dtype=RECORD)
+    records["hi"], records["lo"], records["off"] = hi, lo, offsets
+    return records
 
 
 def _distribute(records: np.ndarray, files: list[_SpillFile], shift: int, bits: int) -> int:

@@ -229,12 +229,11 @@ def compaction(session: Session) -> None:
 
 
 def compaction_spilled(session: Session) -> None:
-    """A forced pass whose range has more offsets than its map has room for keys
-    (``cleaner_buffer_bytes=4096``: 170), so the keys go through spill files
+    """A forced pass over more keys than its map has room for (``cleaner_buffer_bytes=4096``:
+    170), so the keys go through spill files
     (``compaction/latest.py``): their creation, writes and removal are crash points too, and
     a spill file a crash leaves behind must never change what the log holds."""
-    written = records(240, keys=60, size=40)
-    written += records(250, size=40)[240:]  # ten keys whose only record must survive
+    written = records(260, keys=200, size=40)  # 200 keys; 140 have one record only
     session.expect(written)
     _create(
         session, written, len(written), segment_bytes=4096, cleaner_buffer_bytes=4096, sync="always"
