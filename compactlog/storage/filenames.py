@@ -19,8 +19,8 @@ nothing else in the project spells these names out.
 ``.cleaner.lock``       held by the one process cleaning the log
 ``clean_shutdown``      present only between a clean close and the next open
 ``<name>.<pid>.<n>.tmp`` a small-file write in progress: removed on open
-``cleaner.spill.<pid>.<n>.tmp``       a compaction's spilled key digests (never trusted)
-``cleaner.spill.bits.<pid>.<n>.tmp``  a compaction's bitmap of latest offsets (never trusted)
+``cleaner.spill.*.tmp`` a compaction pass's spill files (temporary names of ``SPILL``
+                        and ``SPILL_BITS``; ``compaction/latest.py``): never trusted
 ``snapshot.json``       manifest of a snapshot (a read-only copy of a log; ``snapshot.py``)
 ======================  ===========================================================
 """
