@@ -23,7 +23,9 @@ def _open_time_passes(directory: str) -> list[str]:
 def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
-    Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    Stop writers first (the writers' lock is taken, so concurrent appends wait). A log that
+    an ``exclusive=True`` writer holds is refused at once:
+    :class:`~compactlog.errors.LogLockedError` names its pid.
     """
     return _repair_files(path, dry_run=dry_run, open_passes=_open_time_passes)
 

@@ -201,7 +201,7 @@ class Archiver:
             meta=view.meta,
             cleaner=view.cleaner,
             segments=entries,
-            archiver={"host": socket.gethostname(), "pid": os.getpid()},
+            archiver={"host": socket.gethostname(), "pid": os.getpid(), "path": self.log.path},
         )
         # 6.
         if previous is not None and not new_generation and _same_state(previous, candidate):
