@@ -3,6 +3,7 @@
     python -m benchmarks.bench_compaction                  # 10,000,000 records
     python -m benchmarks.bench_compaction --records 1000000
     python -m benchmarks.bench_compaction --partial-only     # issue 8's partial passes
+    python -m benchmarks.bench_compaction --small-map 250000 1000000   # issue 33
 
 Workload (issue 4): ``records`` records, 16-byte keys over ``records // 10`` distinct keys
 (uniformly drawn), 100-byte values, 5% tombstones, appended with ``append_batch`` in
@@ -23,6 +24,13 @@ segments, compacted with ``cleaner_buffer_bytes=4096`` (a map of 170 keys: over 
 passes) until the cleaner point reaches the active segment. It measures the fixed cost a
 pass pays per segment and how much of the head a pass reads for its map
 (``map_bytes_read``), which used to be the whole head.
+
+Small map (issue 33, :func:`run_small_map`, ``--small-map N ...``): ``N`` records, keys of
+16-24 bytes over ``N // 10`` distinct keys, 100-byte values, 5% tombstones, appended in
+batches of 1,000 into 4 MiB segments, compacted with ``cleaner_buffer_bytes`` = 256 KiB
+(10,922 keys) until the cleaner point reaches the first uncleanable offset, in a child
+process. It reports the passes, the CPU microseconds per record and the bytes read and
+written (log and spill files) per byte of log: flat in ``N`` when compaction is linear.
 
 The same job without compactlog: an SQLite table ``latest(k BLOB PRIMARY KEY, v BLOB)``
 fed with ``INSERT OR REPLACE`` in transactions of 10,000 rows (WAL, ``synchronous=NORMAL``),
@@ -132,15 +140,21 @@ print(json.dumps({"elapsed": elapsed, "cpu": cpu, "passes": passes, "baseline_rs
 """
 
 
-def compact_in_child(path: Path) -> dict[str, Any]:
+def run_child(script: str, path: Path) -> dict[str, Any]:
+    """Run a compaction ``script`` on the log at ``path`` in a child process; its last
+    line of output, as JSON."""
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
+        [sys.executable, "-c", script, str(path)],
         check=True,
         capture_output=True,
         text=True,
         cwd=REPO,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compact_in_child(path: Path) -> dict[str, Any]:
+    return run_child(_CHILD, path)
 
 
 def check_output(
@@ -318,14 +332,7 @@ def run_partial(root: Path | None = None) -> dict[str, Any]:
                     [(b"key-%06d" % (i % PARTIAL_KEYS), b"v" * 64) for i in range(lo, lo + 10)]
                 )
         segments = len(list(path.glob("*.log")))
-        out = subprocess.run(
-            [sys.executable, "-c", _PARTIAL_CHILD, str(path)],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )
-        child = json.loads(out.stdout.strip().splitlines()[-1])
+        child = run_child(_PARTIAL_CHILD, path)
         with compactlog.open(path, read_only=True) as log:
             from compactlog.engine.latest import latest_dict
 
@@ -349,6 +356,87 @@ def run_partial(root: Path | None = None) -> dict[str, Any]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+SMALL_MAP_BUFFER_BYTES = 256 << 10
+SMALL_MAP_BATCH = 1_000
+SMALL_MAP_SEGMENT_BYTES = 4 << 20
+
+_SMALL_MAP_CHILD = r"""
+import json, sys, time
+import compactlog
+import compactlog.compaction
+
+log = compactlog.open(sys.argv[1])
+passes = read = written = spill = 0
+cpu = time.process_time()
+while True:
+    st = log.compact(force=True)
+    passes += 1
+    read += st.bytes_read + st.map_bytes_read + st.verify_bytes_read
+    written += st.bytes_written
+    spill += getattr(st, "spill_bytes_read", 0) + getattr(st, "spill_bytes_written", 0)
+    if not st.cleaned or st.new_first_dirty_offset >= st.first_uncleanable_offset:
+        break
+cpu = time.process_time() - cpu
+log.close()
+print(json.dumps({"cpu": cpu, "passes": passes, "read": read, "written": written,
+                  "spill": spill}))
+"""
+
+
+def write_small_map_log(path: Path, records: int, seed: int = 7) -> int:
+    """Issue 33's workload (module docstring); returns the log's bytes."""
+    import compactlog
+
+    rng = np.random.default_rng(seed)
+    distinct = max(records // 10, 1)
+    ids = rng.integers(0, distinct, size=records, dtype=np.int64)
+    dead = rng.random(records) < TOMBSTONE_SHARE
+    value = b"v" * VALUE_BYTES
+    with compactlog.open(
+        path,
+        cleaner_buffer_bytes=SMALL_MAP_BUFFER_BYTES,
+        segment_bytes=SMALL_MAP_SEGMENT_BYTES,
+        sync="os",
+        segment_ms=None,
+        retention_ms=None,
+    ) as log:
+        for lo in range(0, records, SMALL_MAP_BATCH):
+            chunk = ids[lo : lo + SMALL_MAP_BATCH].tolist()
+            gone = dead[lo : lo + SMALL_MAP_BATCH].tolist()
+            log.append_batch(
+                [
+                    # 16 to 24 bytes: "key-" + 12 digits + 0 to 8 filler bytes
+                    (b"key-%012d" % k + b"x" * (k % 9), None if g else value)
+                    for k, g in zip(chunk, gone, strict=True)
+                ]
+            )
+        log.flush()
+    return sum(f.stat().st_size for f in path.glob("*.log"))
+
+
+def run_small_map(sizes: list[int], root: Path | None = None) -> dict[str, Any]:
+    """Issue 33: compaction with a 256 KiB map at each size (see the module docstring)."""
+    result: dict[str, Any] = {}
+    for records in sizes:
+        base = Path(tempfile.mkdtemp(prefix="bench-small-map-", dir=root))
+        try:
+            path = base / "log"
+            log_bytes = write_small_map_log(path, records)
+            child = run_child(_SMALL_MAP_CHILD, path)
+            result[f"n{records}"] = {
+                "records": records,
+                "log_bytes": log_bytes,
+                "passes": child["passes"],
+                "cpu_us_per_record": 1e6 * child["cpu"] / records,
+                "read_per_log_byte": child["read"] / log_bytes,
+                "written_per_log_byte": child["written"] / log_bytes,
+                "spill_per_log_byte": child["spill"] / log_bytes,
+            }
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
@@ -357,8 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--partial-only", action="store_true", help="only the partial-passes workload"
     )
+    parser.add_argument(
+        "--small-map", type=int, nargs="+", default=None, help="issue 33: sizes to compact"
+    )
     args = parser.parse_args(argv)
-    if args.partial_only:
+    if args.small_map:
+        result = run_small_map(args.small_map, args.dir)
+    elif args.partial_only:
         result = run_partial(args.dir)
     else:
         result = run(args.records, sqlite=not args.no_sqlite, root=args.dir)

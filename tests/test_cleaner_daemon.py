@@ -470,3 +470,26 @@ def test_once_configured_by_the_environment_runs_one_round_and_reports_bad_logs(
     )
     assert done.returncode == 1  # cron sees that a log needs attention
     assert "broken is uncleanable" in done.stderr and "compactlog repair" in done.stderr
+
+
+def test_one_round_leaves_a_log_whose_keys_outgrow_the_map_clean_and_says_so(tmp_path):
+    """Issue 33: a log of 1,000 keys, a map of 170 (``cleaner_buffer_bytes=4096``): one
+    service pass cleans it all, and its stats line gives the dirty ratio before and after."""
+    root = tmp_path / "root"
+    fill(root / "wide", 3000, keys=1000, cleaner_buffer_bytes=4096)
+    env = {
+        **os.environ,
+        "COMPACTLOG_CLEANER_ROOTS": str(root),
+        "COMPACTLOG_CLEANER_METRICS_ENABLED": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "compactlog.cleaner", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Dirty ratio 1.000 before, 0.000 after: the cleanable section is clean" in done.stderr
+    latest, _count = latest_in(root / "wide")
+    assert len(latest) == 1000

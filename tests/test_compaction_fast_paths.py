@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog.compaction import cleaner
 from compactlog.compaction.columns import KeptColumns, encode_filtered, encode_kept
 from compactlog.encoding import offset_map
 from compactlog.encoding.batch_decode import decode_batch, filter_batch
@@ -212,38 +212,36 @@ def test_sort_order_is_a_stable_sort_even_when_high_bits_tie():
     assert (ordered == values[order]).all()
 
 
-def test_head_bitmap_and_digest_lookups_clean_the_same_bytes(tmp_path, monkeypatch):
-    """The head's records are judged by the bitmap of the map's offsets; forcing lookups by
-    digest instead (as for a head too long for a bitmap) writes the very same files."""
+def test_spilled_partitions_and_one_map_clean_to_the_same_bytes(tmp_path):
+    """A map too small for the keys (spill files, some split again) and a map that holds
+    them all (no spill) write the very same segments in one pass."""
 
-    def run(path, bitmap_limit):
-        monkeypatch.setattr(cleaner, "BITMAP_OFFSETS_PER_KEY", bitmap_limit)
+    def run(path, buffer_bytes):
         clock = FakeClock(10_000)
         model = Model()
         rng = random.Random(8)
-        config = dict(segment_bytes=2048, cleaner_buffer_bytes=4096, delete_retention_ms=0)
+        config = dict(segment_bytes=2048, cleaner_buffer_bytes=buffer_bytes, delete_retention_ms=0)
         with compactlog.open(path, clock=clock, **config) as log:
             for i in range(1500):
                 key = b"k%03d" % rng.randrange(300)
                 value = None if rng.random() < 0.1 else b"v%d" % i
                 model.append(log, key, value, headers={"h": b"1"} if i % 5 == 0 else None)
             log.flush()
-            while True:
-                stats = log.compact(force=True)
-                clock.advance(1)
-                if not stats.map_full:
-                    break
+            stats = log.compact(force=True)
+            clock.advance(1)
             check_log(log, model)
             directory = log.directory
-            return {
-                name: open(os.path.join(directory, name), "rb").read()
+            files = {
+                name: Path(directory, name).read_bytes()
                 for name in sorted(os.listdir(directory))
                 if name.endswith(".log")
             }
+            return stats.partitions, files
 
-    with_bitmap = run(tmp_path / "a", cleaner.BITMAP_OFFSETS_PER_KEY)
-    with_lookups = run(tmp_path / "b", 0)
-    assert with_bitmap == with_lookups
+    spilled, with_spill = run(tmp_path / "a", 4096)
+    direct, in_memory = run(tmp_path / "b", 1 << 20)
+    assert spilled > 2 and direct == 1
+    assert with_spill == in_memory
 
 
 def test_a_pass_keeps_no_descriptor_on_replaced_segments(tmp_path):

@@ -1,7 +1,9 @@
 """The cleaning algorithm (Kafka's ``Cleaner``): pure, given ``now`` and ``should_abort``.
 
-:func:`clean_log` runs one pass over a log directory: select the dirty section, build the
-offset map over it, verify what will be rewritten, rewrite closed segments in groups
+:func:`clean_log` runs one pass over a log directory: select the dirty section, find the
+latest offset of every key of the segments to clean (``latest.py``: in bounded memory,
+spilling by digest range, so one pass cleans up to the first uncleanable offset whatever
+the number of keys), verify what will be rewritten, rewrite closed segments in groups
 through ``storage/swap.py`` (whose docstring is the crash protocol), write the checkpoint.
 The caller holds the cleaner lock; writers append and readers read throughout. The steps,
 the rules for what a record keeps and how a pass stays fast: docs/compaction.md ("How a
@@ -26,7 +28,7 @@ import numpy as np
 from ..config import LogConfig
 from ..encoding.batch_decode import RecordBatch
 from ..encoding.format import CODECS
-from ..encoding.offset_map import OffsetMap, key_digests
+from ..encoding.offset_map import BYTES_PER_ENTRY, key_digests
 from ..errors import Aborted, CompactLogError, CorruptLogError
 from ..storage import filenames, swap
 from ..storage.fsio import FileSystem
@@ -38,19 +40,16 @@ from ..storage.segment import (
 )
 from ..storage.state_files import CleanerState, read_cleaner_state, write_cleaner_state
 from .columns import KeptColumns, range_sums
-from .dirty import Segment, closed_segments, measure
+from .dirty import Segment, closed_segments, measure, measure_log
 from .failures import GuardedFS, WriteFailed, public_error, read_error, roll_back
 from .group import GroupWriter
+from .latest import LatestFinder, LatestOffsets
 from .progress import Meter, ProgressCallback
 from .stats import CleanerStats
 
 MAX_GROUP_OFFSETS = (1 << 32) - 1
 WINDOW_RECORDS = 1 << 17  # records hashed and looked up at once
 WINDOW_BYTES = 8 << 20  # bytes of batches held at once
-# the dirty bitmap (one bit per offset of [first_dirty, map_end)) is used while it takes at
-# most 4 bytes per map key; a longer dirty section (many versions per key) is looked up by
-# digest
-BITMAP_OFFSETS_PER_KEY = 32
 
 
 class Throttler:
@@ -166,7 +165,10 @@ def clean_log(
         )
     except Aborted:
         stats.aborted = True
-        stats.skipped = "aborted (should_abort)"
+        stats.skipped = (
+            f"aborted (should_abort) before the pass ended: the cleaner point did not move "
+            f"and the dirty ratio stays {stats.dirty_ratio:.3f}; the next pass starts over"
+        )
         return _done(stats, started)
     except WriteFailed as failure:
         error = public_error(failure, fs, directory)
@@ -233,38 +235,110 @@ def _clean(
             )
             return _done(stats, started)
         stats.extra["reason"] = reason
-    # -- 2. build the offset map -------------------------------------------------------
-    offset_map = OffsetMap(config.cleaner_buffer_bytes)
-    stats.map_capacity = offset_map.capacity
-    verified: set[int] = set()
-    map_end = first_dirty
-    if has_dirty:
-        meter.start("map", share.dirty_bytes)
-        map_end = _build_map(
-            directory,
-            segments,
-            first_dirty,
-            uncleanable,
-            offset_map,
-            stats,
-            throttle,
-            abort,
-            verified,
-            meter,
-        )
-        meter.finish()
-    stats.map_seconds = time.perf_counter() - started
-    stats.map_entries = len(offset_map)
-    stats.map_full = offset_map.full
-    # -- 3. verify -----------------------------------------------------------------------
+    # -- 2. the latest offset of every key of the cleanable range (latest.py) -----------
+    map_end = uncleanable if has_dirty else first_dirty
     to_clean = [s for s in segments if s.base < map_end]
     if not to_clean:
         stats.skipped = "nothing to clean below the first uncleanable offset"
         return _done(stats, started)
-    unverified = [s for s in to_clean if s.base not in verified]
-    if unverified:
-        meter.start("verify", sum(s.size for s in unverified))
-    for seg in unverified:
+    stats.map_capacity = max(config.cleaner_buffer_bytes // BYTES_PER_ENTRY, 1)
+    latest: LatestOffsets | None = None
+    if has_dirty:
+        latest = _find_latest(
+            directory, fs, config, to_clean, log_start, stats, throttle, abort, meter
+        )
+    stats.map_seconds = time.perf_counter() - started
+    context = _Context(
+        config,
+        latest,
+        _Marks(state.tombstone_marks, now),
+        now,
+        first_dirty,
+        map_end,
+        log_start,
+        stats,
+        throttle,
+        abort,
+        meter=meter,
+    )
+    try:
+        if latest is None:  # 3. verify (the map's reading verified every batch it read)
+            _verify(directory, to_clean, stats, throttle, abort, meter)
+        _rewrite(fs, directory, config, state, to_clean, context)  # 4.
+    finally:
+        if latest is not None:
+            latest.close(fs)
+    stats.throttled_seconds = throttle.slept_here() - slept_before
+    # -- 5. checkpoint -------------------------------------------------------------------
+    retention_ms = config.delete_retention_ms
+    kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
+    if context.head_tombstones:
+        kept_marks.append([map_end, now])
+    horizon = max(state.horizon(), context.removed_below)
+    write_cleaner_state(fs, directory, CleanerState(map_end, kept_marks, horizon))
+    stats.new_first_dirty_offset = map_end
+    stats.cleaned = True
+    _measure_after(directory, config, log_start, now, timestamp_cache, stats)
+    return _done(stats, started)
+
+
+def _find_latest(
+    directory: str,
+    fs: FileSystem,
+    config: LogConfig,
+    to_clean: list[Segment],
+    log_start: int,
+    stats: CleanerStats,
+    throttle: Throttler,
+    abort: Callable[[], bool],
+    meter: Meter,
+) -> LatestOffsets:
+    """Step 2: every keyed record of the segments to clean, read once, its key hashed
+    once, into :class:`~.latest.LatestFinder` (which spills past the map's capacity);
+    reading checks every batch's CRC, so step 3 has nothing left to verify."""
+    start, end = to_clean[0].base, to_clean[-1].next_base
+    finder = LatestFinder(
+        fs, directory, start, end, config.cleaner_buffer_bytes, abort, throttle.account
+    )
+    try:
+        meter.start("map", sum(s.size for s in to_clean))
+        for seg in to_clean:
+            windows = _windows(directory, seg.base, stats, throttle, abort, log_start, meter)
+            for window in windows:
+                cols = _WindowKeys(window)
+                offsets = cols.offsets
+                mask = (offsets >= log_start) & (cols.key_lengths >= 0)
+                hi, lo = cols.digests()
+                if not mask.all():
+                    hi, lo, offsets = hi[mask], lo[mask], offsets[mask]
+                del cols
+                window.clear()  # let the read buffers go before a merge
+                stats.map_records += len(offsets)
+                finder.put(hi, lo, offsets)
+        meter.finish()
+        latest = finder.finish()
+    except BaseException:
+        finder.discard()
+        raise
+    stats.map_entries = finder.peak_keys
+    stats.keys = finder.keys
+    stats.partitions = finder.partitions
+    stats.spill_bytes_written = finder.spill_bytes_written
+    stats.spill_bytes_read = finder.spill_bytes_read
+    return latest
+
+
+def _verify(
+    directory: str,
+    to_clean: list[Segment],
+    stats: CleanerStats,
+    throttle: Throttler,
+    abort: Callable[[], bool],
+    meter: Meter,
+) -> None:
+    """Step 3: check the CRC of every batch before any file changes."""
+    meter.start("verify", sum(s.size for s in to_clean))
+    for seg in to_clean:
         with SegmentReader(directory, seg.base, last_segment=False) as reader:
             for _pos, header in reader.headers(HEADER_SIZE):
                 stats.verify_bytes_read += header.length
@@ -272,19 +346,21 @@ def _clean(
                 meter.add(header.length)
             if abort():
                 raise Aborted
-    if unverified:
-        meter.finish()
-    # -- 4. rewrite ----------------------------------------------------------------------
+    meter.finish()
+
+
+def _rewrite(
+    fs: FileSystem,
+    directory: str,
+    config: LogConfig,
+    state: CleanerState,
+    to_clean: list[Segment],
+    context: _Context,
+) -> None:
+    """Step 4: filter the segments into groups, each swapped in (``swap.py``)."""
+    stats, meter = context.stats, context.meter
     clean_start = time.perf_counter()
-    marks = _Marks(state.tombstone_marks, now)
-    context = _Context(
-        config, offset_map, marks, now, first_dirty, map_end, log_start, stats, throttle, abort
-    )
-    context.meter = meter
     meter.start("rewrite", sum(s.size for s in to_clean))
-    span = map_end - first_dirty
-    if 0 < span <= BITMAP_OFFSETS_PER_KEY * offset_map.capacity:
-        context.latest_bits = offset_map.latest_bits(first_dirty, map_end)
     stats.segments_before = len(to_clean)
     group: GroupWriter | None = None
     releaser = _Releaser()
@@ -318,22 +394,36 @@ def _clean(
         releaser.wait()
     meter.finish()
     stats.clean_seconds = time.perf_counter() - clean_start
-    stats.throttled_seconds = throttle.slept_here() - slept_before
-    # -- 5. checkpoint -------------------------------------------------------------------
-    retention_ms = config.delete_retention_ms
-    kept_marks = [m for m in state.tombstone_marks if m[1] + retention_ms > now]
-    if context.head_tombstones:
-        kept_marks.append([map_end, now])
-    horizon = max(state.horizon(), context.removed_below)
-    write_cleaner_state(fs, directory, CleanerState(map_end, kept_marks, horizon))
-    stats.new_first_dirty_offset = map_end
-    stats.cleaned = True
-    return _done(stats, started)
+
+
+def _measure_after(
+    directory: str,
+    config: LogConfig,
+    log_start: int,
+    now: int,
+    timestamp_cache: TimestampCache | None,
+    stats: CleanerStats,
+) -> None:
+    """The dirty ratio after the pass, and what is left uncleaned and why."""
+    share = measure_log(  # the checkpoint just written holds the new cleaner point
+        directory,
+        min_compaction_lag_ms=config.min_compaction_lag_ms,
+        log_start=log_start,
+        now=now,
+        timestamp_cache=timestamp_cache,
+    )
+    stats.dirty_ratio_after = share.ratio
+    stats.lagging_bytes = share.lagging_bytes
+    stats.dirty_bytes_after = share.dirty_bytes
 
 
 # Small state files only a cleaner-lock holder writes: their temporary files are an earlier
 # (dead) cleaner's, since we hold that lock now.
-_CLEANER_OWNED_TEMP_PREFIXES = (swap.SWAP_INTENT + ".", filenames.CLEANER_CHECKPOINT + ".")
+_CLEANER_OWNED_TEMP_PREFIXES = (
+    swap.SWAP_INTENT + ".",
+    filenames.CLEANER_CHECKPOINT + ".",
+    filenames.SPILL + ".",  # latest.py's spill files
+)
 
 
 def _raise_horizon(fs: FileSystem, directory: str, state: CleanerState, ctx: _Context) -> None:
@@ -392,76 +482,26 @@ def _why_clean(
     return None
 
 
-def _build_map(
-    directory: str,
-    segments: list[Segment],
-    first_dirty: int,
-    uncleanable: int,
-    offset_map: OffsetMap,
-    stats: CleanerStats,
-    throttle: Throttler,
-    abort: Callable[[], bool],
-    verified: set[int],
-    meter: Meter,
-) -> int:
-    """Step 2: feed the dirty section to the map; returns the offset where the map ends."""
-    for seg in segments:
-        if seg.next_base <= first_dirty or seg.base >= uncleanable:
-            continue
-        windows = _windows(
-            directory,
-            seg.base,
-            stats,
-            throttle,
-            abort,
-            first_dirty,
-            lambda: offset_map.wanted,
-            meter,
-        )
-        for window in windows:
-            cols = _WindowKeys(window)
-            offsets = cols.offsets
-            mask = (offsets >= first_dirty) & (cols.key_lengths >= 0)
-            hi, lo = cols.digests()
-            if not mask.all():
-                hi, lo, offsets = hi[mask], lo[mask], offsets[mask]
-            del cols
-            window.clear()  # let the read buffers go before a merge
-            stats.map_records += len(offsets)
-            if not offset_map.put(hi, lo, offsets):
-                offset_map.flush()
-                assert offset_map.full_at is not None
-                return offset_map.full_at
-        verified.add(seg.base)
-    offset_map.flush()
-    if offset_map.full_at is not None:
-        return offset_map.full_at
-    return uncleanable
-
-
 def _windows(
     directory: str,
     base: int,
     stats: CleanerStats,
     throttle: Throttler,
     abort: Callable[[], bool],
-    first_dirty: int,
-    wanted: Callable[[], int],
+    first: int,
     meter: Meter,
 ) -> Iterator[list[RecordBatch]]:
-    """The batches of a segment holding offsets from ``first_dirty`` on, in windows of
-    about :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing and map
-    lookups work on a window at once), and of at most about ``wanted()`` records (what the
-    map takes before its next merge: a small map that fills stops reading one window
-    later). Polls ``should_abort`` between batches."""
+    """The batches of a segment holding offsets from ``first`` on, in windows of about
+    :data:`WINDOW_RECORDS` records or :data:`WINDOW_BYTES` bytes (hashing works on a window
+    at once). Polls ``should_abort`` between batches."""
     window: list[RecordBatch] = []
     records = nbytes = 0
-    limit = min(WINDOW_RECORDS, wanted())
+    limit = WINDOW_RECORDS
     for batch in _batches(directory, base):
         stats.map_bytes_read += batch.size_bytes
         throttle.account(batch.size_bytes)
         meter.add(batch.size_bytes)
-        if batch.next_offset <= first_dirty:
+        if batch.next_offset <= first:
             continue
         if abort():
             raise Aborted
@@ -472,7 +512,6 @@ def _windows(
             yield window
             window = []
             records = nbytes = 0
-            limit = min(WINDOW_RECORDS, wanted())
     if window:
         yield window
 
@@ -515,7 +554,7 @@ class _WindowKeys:
 @dataclass
 class _Context:
     config: LogConfig
-    offset_map: OffsetMap
+    latest: LatestOffsets | None  # None: no dirty section, no record is superseded
     marks: _Marks
     now: int
     first_dirty: int
@@ -526,7 +565,6 @@ class _Context:
     abort: Callable[[], bool]
     head_tombstones: int = 0
     removed_below: int = 0  # every expired tombstone removed so far is below this offset
-    latest_bits: np.ndarray | None = None  # OffsetMap.latest_bits(first_dirty, map_end)
     meter: Meter = field(default_factory=lambda: Meter(None))  # rewrite progress
 
     def __post_init__(self) -> None:
@@ -640,29 +678,12 @@ def _clean_window(
 
 
 def _superseded(cols: _WindowKeys, ctx: _Context) -> np.ndarray:
-    """Which records of a window have a later record of their key in the map.
-
-    Records of the dirty section covered by the map (``[first_dirty, map_end)``) were all
-    put in it, so one is superseded iff it is not the latest offset of its key: its bit in
-    ``latest_bits`` is clear. Records below it are looked up by digest; records at or
-    past ``map_end`` are newer than anything the map holds."""
-    offsets = cols.offsets
-    count = len(offsets)
-    drop = np.zeros(count, dtype=bool)
-    bits = ctx.latest_bits
-    if bits is None:
-        looked_up = count
-        mapped = mapped_end = count
-    else:
-        looked_up = mapped = int(np.searchsorted(offsets, ctx.first_dirty))
-        mapped_end = int(np.searchsorted(offsets, ctx.map_end))
-    if looked_up:
-        hi, lo = cols.digests(looked_up)
-        drop[:looked_up] = ctx.offset_map.get(hi, lo) > offsets[:looked_up]
-    if bits is not None and mapped_end > mapped:
-        rel = offsets[mapped:mapped_end] - ctx.first_dirty
-        latest = (bits[rel >> 3] >> (7 - (rel & 7)).astype(np.uint8)) & 1
-        drop[mapped:mapped_end] = latest == 0
+    """Which records of a window have a later record of their key in the cleanable range:
+    the keyed records whose bit in ``ctx.latest`` is clear (every record of the segments
+    to clean lies in its range). Keyless records are never superseded."""
+    if ctx.latest is None:
+        return np.zeros(len(cols.offsets), dtype=bool)
+    drop = ~ctx.latest.contains(cols.offsets)
     if not bool((cols.key_lengths >= 0).all()):
         drop &= cols.key_lengths >= 0
     return drop

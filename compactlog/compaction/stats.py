@@ -31,13 +31,21 @@ class CleanerStats:
     first_dirty_offset: int = 0  # the cleaner point before the pass
     first_uncleanable_offset: int = 0  # active segment or min_compaction_lag_ms bound
     new_first_dirty_offset: int = 0  # the cleaner point after the pass
+    # after the pass (dirty.measure again), when it cleaned
+    dirty_ratio_after: float | None = None
+    dirty_bytes_after: int = 0  # closed segments rolled while the pass ran
+    lagging_bytes: int = 0  # closed segments held back by min_compaction_lag_ms
     # offset map
-    map_entries: int = 0
+    map_entries: int = 0  # the most keys one offset map held (one per partition)
     map_capacity: int = 0
-    map_records: int = 0  # dirty-section records fed to the map
-    map_bytes_read: int = 0  # dirty-section bytes read to build the map
+    map_records: int = 0  # keyed records of the cleanable range fed to the maps
+    map_bytes_read: int = 0  # bytes of the cleanable range read to find the latest offsets
     verify_bytes_read: int = 0  # bytes whose CRC was checked before any file changed
-    map_full: bool = False
+    map_full: bool = False  # (always false: the maps are partitioned to fit, latest.py)
+    keys: int = 0  # distinct keys in the cleanable range
+    partitions: int = 0  # offset maps filled: 1, or one per spill file resolved
+    spill_bytes_written: int = 0
+    spill_bytes_read: int = 0
     # rewrite
     bytes_read: int = 0
     bytes_written: int = 0
@@ -97,10 +105,32 @@ class CleanerStats:
         )
         return document
 
+    def outcome(self) -> str:
+        """The dirty ratio before and after, and what is left and why (one line)."""
+        before = f"dirty ratio {self.dirty_ratio:.3f}"
+        if not self.cleaned or self.dirty_ratio_after is None:
+            return f"{before}, unchanged: the cleaner point did not move"
+        text = f"{before} before, {self.dirty_ratio_after:.3f} after"
+        left = []
+        if self.dirty_bytes_after:
+            left.append(
+                f"{self.dirty_bytes_after / MB:.1f} MiB in segments closed during the pass "
+                "(run again)"
+            )
+        if self.lagging_bytes:
+            left.append(f"{self.lagging_bytes / MB:.1f} MiB held back by min_compaction_lag_ms")
+        if self.throttled_seconds:
+            left.append(f"throttled {self.throttled_seconds:.1f} s")
+        if not left:
+            return text + ": the cleanable section is clean"
+        return text + "; " + "; ".join(left)
+
     def summary(self, name: str = "log") -> str:
-        """Kafka's cleaner log line, adapted."""
+        """Kafka's cleaner log line, adapted, and :meth:`outcome`."""
         if not self.cleaned:
             why = self.uncleanable or self.skipped or ("aborted" if self.aborted else "not run")
+            if self.aborted:
+                why += f": {self.outcome()}"
             return f"Cleaner did not clean {name}: {why}"
         total = self.elapsed_seconds or 1e-9
         reduction = 1 - self.bytes_written / self.bytes_read if self.bytes_read else 0.0
@@ -114,7 +144,9 @@ class CleanerStats:
                 f"\tIndexed {self.map_records} records in {self.map_seconds:.1f} seconds "
                 f"({100 * self.map_seconds / total:.1f}% of total time)",
                 f"\tBuffer utilization: {100 * self.map_fill:.1f}% "
-                f"({self.map_entries} of {self.map_capacity} keys)",
+                f"({self.map_entries} of {self.map_capacity} keys; {self.keys} keys in "
+                f"{self.partitions} partition(s), {self.spill_bytes_written / MB:.1f} MiB "
+                "spilled)",
                 f"\tCleaned {self.records_read} records in {self.clean_seconds:.1f} seconds "
                 f"({100 * self.clean_seconds / total:.1f}% of total time)",
                 f"\tStart size: {self.bytes_read / MB:.1f} MiB ({self.records_read} messages, "
@@ -123,5 +155,6 @@ class CleanerStats:
                 f"messages, {self.segments_after} segments)",
                 f"\t{100 * reduction:.1f}% size reduction ({100 * fewer:.1f}% fewer messages, "
                 f"{self.tombstones_removed} tombstones removed)",
+                f"\t{self.outcome()[0].upper()}{self.outcome()[1:]}",
             ]
         )

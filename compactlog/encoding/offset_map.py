@@ -342,10 +342,10 @@ class OffsetMap:
         return max(MIN_STAGE, min(MAX_STAGE, max(room, len(self.hi) // 2)))
 
     @property
-    def wanted(self) -> int:
-        """Records the stage takes before its next merge (at least 1): the cleaner reads
-        windows no longer than this, so a map that fills mid-segment stops reading there."""
-        return max(self._stage_limit() - self._staged, 1)
+    def staged(self) -> int:
+        """Records put but not merged yet (0 right after a merge): when :meth:`put` fails,
+        those at or past ``full_at`` are the ones left out."""
+        return self._staged
 
     def put(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray) -> bool:
         """Stage one batch of keys (ascending offsets). False once the map is full: the

@@ -19,6 +19,8 @@ nothing else in the project spells these names out.
 ``.cleaner.lock``       held by the one process cleaning the log
 ``clean_shutdown``      present only between a clean close and the next open
 ``<name>.<pid>.<n>.tmp`` a small-file write in progress: removed on open
+``cleaner.spill.*.tmp`` a compaction pass's spill files (temporary names of ``SPILL``
+                        and ``SPILL_BITS``; ``compaction/latest.py``): never trusted
 ``snapshot.json``       manifest of a snapshot (a read-only copy of a log; ``snapshot.py``)
 ======================  ===========================================================
 """
@@ -39,6 +41,8 @@ META = "meta"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 SWAP_INTENT = "cleaner.swap"
 SNAPSHOT_MANIFEST = "snapshot.json"
+SPILL = "cleaner.spill"  # temp_name(SPILL): compaction/latest.py's spill files
+SPILL_BITS = SPILL + ".bits"
 PRECOMMIT = "pre_commit"
 WRITER_LOCK = ".lock"
 WRITERS_LOCK = ".writers.lock"  # shared by every writable open, exclusive for exclusive=True

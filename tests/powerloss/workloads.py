@@ -228,6 +228,20 @@ def compaction(session: Session) -> None:
         log.compact(force=True)
 
 
+def compaction_spilled(session: Session) -> None:
+    """A forced pass over more keys than its map has room for (``cleaner_buffer_bytes=4096``:
+    170), so the keys go through spill files
+    (``compaction/latest.py``): their creation, writes and removal are crash points too, and
+    a spill file a crash leaves behind must never change what the log holds."""
+    written = records(260, keys=200, size=40)  # 200 keys; 140 have one record only
+    session.expect(written)
+    _create(
+        session, written, len(written), segment_bytes=4096, cleaner_buffer_bytes=4096, sync="always"
+    )
+    with session.recording(), compactlog.open(session.log) as log:
+        log.compact(force=True)
+
+
 def tombstone_expiry(session: Session) -> None:
     """A forced pass that removes expired tombstones (``delete_retention_ms=0``; an earlier
     pass, in the setup, passed them): what it removes must stay below the tombstone
@@ -467,6 +481,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("precommit", buffered(precommit_bytes=4096)),
         Workload("linger", buffered(linger_ms=10_000)),
         Workload("compaction", compaction, rule="latest"),
+        Workload("compaction-spilled", compaction_spilled, rule="latest"),
         Workload("tombstone-expiry", tombstone_expiry, rule="expiry"),
         Workload("retention", retention, rule="suffix"),
         Workload("snapshot", snapshot),
