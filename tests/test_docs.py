@@ -5,9 +5,11 @@ reads the pages). The pages' hidden fixtures are below, each named on its page."
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import re
+import shutil
 import subprocess
 import sys
 from functools import partial
@@ -101,6 +103,44 @@ def corrupt_orders(directory: Path, namespace: dict[str, Any]) -> str:
 def repair_orders(directory: Path, namespace: dict[str, Any]) -> str:
     command = [str(Path(sys.executable).parent / "compactlog"), "repair", SERVICE_LOG]
     return subprocess.run(command, cwd=directory, capture_output=True, text=True).stdout
+
+
+def provoked(path: Path, directory: Path) -> str:
+    """What ``compactlog.open`` raises for the damaged log at ``path``; the page's next examples
+    then find a healthy, empty log there."""
+    with pytest.raises(compactlog.CompactLogError) as raised:
+        compactlog.open(path).close()
+    shutil.rmtree(path)
+    compactlog.open(path).close()
+    return error_text(raised.value, directory)
+
+
+def missing_segment(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2: segments at 0, 290 and 347 (a segment a batch: ``segment_ms``
+    of 1 ms, a clock a second a batch), the middle one deleted with its index."""
+    path = directory / SERVICE_LOG
+    shutil.rmtree(path, ignore_errors=True)
+    ticks = itertools.count(T, 1000)
+    with compactlog.open(path, segment_ms=1, clock=lambda: next(ticks)) as log:
+        for start, count in ((0, 290), (290, 57), (347, 20)):
+            log.append_batch([(b"order:%d" % n, b"paid") for n in range(start, start + count)])
+    for name in ("00000000000000000290.log", "00000000000000000290.idx"):
+        (path / name).unlink()
+    return provoked(path, directory)
+
+
+def damaged_meta(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2a: ``meta`` overwritten with bytes that are not JSON, then
+    deleted."""
+    path = directory / SERVICE_LOG
+    said = []
+    for damage in (lambda meta: meta.write_bytes(b"{ garbage"), Path.unlink):
+        shutil.rmtree(path, ignore_errors=True)
+        with compactlog.open(path) as log:
+            log.append(b"order:1", b"paid")
+        damage(path / "meta")
+        said.append(provoked(path, directory))
+    return "\n".join(said)
 
 
 def second_cleaner(directory: Path, namespace: dict[str, Any]) -> str:
@@ -201,6 +241,8 @@ SETUPS = {
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
+    "missing-segment": missing_segment,
+    "damaged-meta": damaged_meta,
     "busy-subscriber": partial(busy_subscriber, SERVICE_LOG, False),
     "busy-subscriber-srv": partial(busy_subscriber, "srv/orders.log", True),
 }
