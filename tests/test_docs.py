@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import numpy as np
 import pytest
 
 import compactlog
+from compactlog.archive.push import Archiver
+from compactlog.archive.store import open_store
 from compactlog.encoding.batch_encode import encode_batch
 from compactlog.storage.cleaner_lock import CleanerLock
 
@@ -214,12 +217,65 @@ def refused_override(directory: Path, namespace: dict[str, Any]) -> str:
     """operations.md: the page's second override, one `config set` would refuse, at ``--check``."""
     compactlog.open(directory / "var/lib/app/logs/audit-2024").close()
     config = directory / "etc/compactlog/cleaner.toml"
-    config.parent.mkdir(parents=True)
+    config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(CLEANER_CONFIG.replace("{root}", str(directory)))
     cleaner = str(Path(sys.executable).parent / "compactlog-cleaner")
     run = subprocess.run([cleaner, "--config", str(config), "--check"], capture_output=True)
     assert run.returncode == 2, run
     return run.stderr.decode().replace(str(directory), "")
+
+
+def cli(*args: str, directory: Path, code: int = 0) -> subprocess.CompletedProcess[str]:
+    """A command of the venv, run in the page's directory as an operator runs it."""
+    command = [str(Path(sys.executable).parent / args[0]), *args[1:]]
+    run = subprocess.run(command, cwd=directory, capture_output=True, text=True)
+    assert run.returncode == code, run
+    return run
+
+
+def cleaned_once(directory: Path, namespace: dict[str, Any]) -> None:
+    """operations.md §1: a log under the root, one ``--once`` round of the service over it."""
+    with compactlog.open(directory / "var/lib/app/logs/orders") as log:
+        log.append_batch([(b"order:%d" % (n % 10), b"paid") for n in range(400)])
+    cli("compactlog-cleaner", "--root", "var/lib/app/logs", "--once", directory=directory)
+
+
+def checked_config(*flags: str) -> Callable[[Path, dict[str, Any]], None]:
+    """operations.md §2: the page's file passes ``--check`` (with ``flags``); the log it
+    names under /srv exists."""
+
+    def check(directory: Path, namespace: dict[str, Any]) -> None:
+        compactlog.open(directory / "srv/billing/ledger").close()
+        config = "etc/compactlog/cleaner.toml"
+        cli("compactlog-cleaner", "--config", config, *flags, "--check", directory=directory)
+
+    return check
+
+
+# -- the archive's pages, against the session's SeaweedFS (tests/archive/seaweed.py) --------
+
+NOON_BEFORE = 1795690800000  # 2026-11-26T11:00:00Z: the drill's --as-of-time finds it
+
+
+def archived_app(directory: Path, namespace: dict[str, Any]) -> None:
+    """archive.md §8: a log archived at s3://bucket/app, its manifest an hour before noon."""
+    with compactlog.open(directory / "app") as log:
+        log.append_batch([(b"k%d" % n, b"v") for n in range(100)])
+    with compactlog.open(directory / "app", read_only=True) as log:
+        archiver = Archiver(log, open_store("s3://bucket/app"), clock=lambda: NOON_BEFORE)
+        archiver.start()
+        archiver.push()
+        archiver.stop()
+
+
+def no_such_bucket(directory: Path, namespace: dict[str, Any]) -> str:
+    run = cli(
+        "compactlog", "archive", "list", "s3://no-such-bucket/app", directory=directory, code=1
+    )
+    return run.stderr
+
+
+S3_SETUPS = {"archived-app", "no-such-bucket"}
 
 
 def misspelled_option(directory: Path, namespace: dict[str, Any]) -> str:
@@ -241,6 +297,11 @@ SETUPS = {
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
+    "cleaned-once": cleaned_once,
+    "cleaner-config": checked_config(),
+    "cleaner-archive-config": checked_config("--root", "var/lib/app/logs"),
+    "archived-app": archived_app,
+    "no-such-bucket": no_such_bucket,
     "missing-segment": missing_segment,
     "damaged-meta": damaged_meta,
     "busy-subscriber": partial(busy_subscriber, SERVICE_LOG, False),
@@ -258,14 +319,22 @@ def test_every_block_is_run_compared_or_marked_with_a_reason():
         if b.kind == "skip" and not b.directives["skip"]
     ]
     assert not no_reason, f"skipped without a reason: {no_reason}"
-    named = {b.directives["setup"] for p in PAGES for b in blocks_of(p) if "setup" in b.directives}
+    named = {
+        b.directives[d]
+        for p in PAGES
+        for b in blocks_of(p)
+        for d in ("setup", "then")
+        if d in b.directives
+    }
     assert named <= set(SETUPS), f"pages name fixtures that do not exist: {named - set(SETUPS)}"
 
 
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if p.name not in SPARK_PAGES], ids=lambda p: p.name
 )
-def test_the_page_runs_as_written(page: Path, tmp_path: Path):
+def test_the_page_runs_as_written(page: Path, tmp_path: Path, request: pytest.FixtureRequest):
+    if any(b.directives.get("setup") in S3_SETUPS for b in blocks_of(page)):
+        request.getfixturevalue("seaweed")  # one S3 server for the session, AWS_* set
     run_page(page, tmp_path, SETUPS)
 
 
@@ -323,6 +392,25 @@ def test_a_shell_block_runs_in_the_pages_directory_with_the_venv_on_path(tmp_pat
     session = PageRun(tmp_path, {})
     session.run(Block(tmp_path, 1, "sh", "compactlog --help > /dev/null; pwd\n"))
     assert session.last_output.strip() == str(tmp_path)
+
+
+def test_a_file_block_is_written_and_a_then_fixture_checks_it(tmp_path: Path):
+    said = {"read": lambda d, ns: (d / "etc/compactlog/x.toml").read_text()}
+    session = PageRun(tmp_path, said)
+    directives = {"file": "etc/compactlog/x.toml", "then": "read"}
+    session.run(Block(tmp_path, 1, "toml", 'roots = ["/srv/a"]\n', directives))
+    assert session.last_output == f'roots = ["{tmp_path}/srv/a"]\n'
+
+
+def test_shell_blocks_find_the_pages_world_below_its_directory(tmp_path: Path):
+    session = PageRun(tmp_path, {})
+    (tmp_path / "var/lib/app").mkdir(parents=True)
+    session.run(Block(tmp_path, 1, "sh", "echo /var/lib/app/ s3://b/srv/x /etc/passwd\n"))
+    assert session.last_output.split() == [
+        f"{tmp_path}/var/lib/app/",
+        "s3://b/srv/x",
+        "/etc/passwd",
+    ]
 
 
 def test_the_hexdump_is_xxds_layout():
