@@ -4,6 +4,7 @@ reads the pages). The pages' hidden fixtures are below, each named on its page."
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import json
@@ -27,6 +28,7 @@ from compactlog.encoding.batch_encode import encode_batch
 from compactlog.storage.cleaner_lock import CleanerLock
 
 from .docs_runner import PAGES, ROOT, Block, DocError, PageRun, blocks_of, hexdump, run_page
+from .test_compaction_failures import FaultFS
 
 SPARK_PAGES = {"spark.md"}  # run by tests/spark/test_docs_spark.py, with the shared session
 T = 1700000000000  # format.md's fixed clock
@@ -225,6 +227,22 @@ def refused_override(directory: Path, namespace: dict[str, Any]) -> str:
     return run.stderr.decode().replace(str(directory), "")
 
 
+def disk_full(directory: Path, namespace: dict[str, Any]) -> str:
+    """compaction.md: 30 rounds over 200 keys (19 segments), the ``.log.rw``'s first write
+    failing with ``ENOSPC`` and 1,204,224 bytes said free (tests/test_compaction_failures.py's
+    file system that fails on cue)."""
+    fs, ticks = FaultFS(), itertools.count(T)
+    options = {"_fs": fs, "segment_bytes": 64 << 10, "clock": lambda: next(ticks)}
+    with compactlog.open(directory / SERVICE_LOG, **options) as log:
+        for _ in range(30):
+            log.append_batch([(b"order:%d" % k, b"x" * 100) for k in range(200)])
+        fs.arm("write", errno.ENOSPC, lambda path: path.endswith(".log.rw"))
+        fs.free = 1_204_224
+        with pytest.raises(compactlog.DiskFullError) as raised:
+            log.compact()
+    return error_text(raised.value, directory, qualified=True)
+
+
 def cli(*args: str, directory: Path, code: int = 0) -> subprocess.CompletedProcess[str]:
     """A command of the venv, run in the page's directory as an operator runs it."""
     command = [str(Path(sys.executable).parent / args[0]), *args[1:]]
@@ -297,6 +315,7 @@ SETUPS = {
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
+    "disk-full": disk_full,
     "cleaned-once": cleaned_once,
     "cleaner-config": checked_config(),
     "cleaner-archive-config": checked_config("--root", "var/lib/app/logs"),
