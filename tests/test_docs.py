@@ -258,6 +258,30 @@ def cleaned_once(directory: Path, namespace: dict[str, Any]) -> None:
     cli("compactlog-cleaner", "--root", "var/lib/app/logs", "--once", directory=directory)
 
 
+def refused_configs(directory: Path, namespace: dict[str, Any]) -> str:
+    """operations.md §2: ``--check`` of a file with two mistakes and of a mistyped root, as a
+    terminal shows them (each command, then its messages as comments)."""
+    config = directory / "etc/compactlog/cleaner.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('root = "/var/lib/app/logs"\n\n[schedule]\ninterval_seconds = -1\n')
+    shown = []
+    for option, path in (
+        ("--config", "/etc/compactlog/cleaner.toml"),
+        ("--root", "/var/lib/app/logz"),
+    ):
+        run = cli(
+            "compactlog-cleaner",
+            option,
+            f"{directory}{path}",
+            "--check",
+            directory=directory,
+            code=2,
+        )
+        shown.append(f"compactlog-cleaner {option} {path} --check")
+        shown += [f"# {line}" for line in run.stderr.replace(str(directory), "").splitlines()]
+    return "\n".join(shown)
+
+
 def checked_config(*flags: str) -> Callable[[Path, dict[str, Any]], None]:
     """operations.md §2: the page's file passes ``--check`` (with ``flags``); the log it
     names under /srv exists."""
@@ -317,6 +341,7 @@ SETUPS = {
     "second-cleaner": second_cleaner,
     "disk-full": disk_full,
     "cleaned-once": cleaned_once,
+    "refused-configs": refused_configs,
     "cleaner-config": checked_config(),
     "cleaner-archive-config": checked_config("--root", "var/lib/app/logs"),
     "archived-app": archived_app,
