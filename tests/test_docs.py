@@ -62,6 +62,16 @@ def precommit_example(directory: Path, namespace: dict[str, Any]) -> None:
         (directory / "pre_commit").write_bytes((directory / "pre" / "pre_commit").read_bytes())
 
 
+def billing_checkpoint(directory: Path, namespace: dict[str, Any]) -> str:
+    """format.md §12: the checkpoint file of subscriber ``billing`` committed at 3000."""
+    with compactlog.open(directory / "billing") as log:
+        log.append_batch([(b"order:%d" % n, b"paid") for n in range(3000)])
+        with log.subscribe("billing") as sub:
+            sub.seek(3000)
+            sub.commit()
+    return (directory / "billing" / "cp.62696c6c696e67").read_text()
+
+
 def customers_log(directory: Path, namespace: dict[str, Any]) -> None:
     """spark.md: ``data/customers-log``, customers as JSON values keyed by id."""
     rows = [(1, "Ada", 10.0), (2, "Bob", 2.5), (3, "Cy", 0.0), (1, "Ada", 12.0)]
@@ -333,6 +343,7 @@ SETUPS = {
     "service-orders": service_orders,
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
+    "billing-checkpoint": billing_checkpoint,
     "corrupt-orders": corrupt_orders,
     "retention-skip": retention_skip,
     "refused-override": refused_override,
