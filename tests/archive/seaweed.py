@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 BUCKET = "archive-tests"
+DOCS_BUCKET = "bucket"  # the docs' examples' (s3://bucket/app), run by tests/test_docs.py
 ACCESS_KEY = "compactlog-test"
 SECRET_KEY = "compactlog-test-secret"
 # every port `weed mini -h` lists that this setup opens; Iceberg, Lance, WebDAV, the admin
@@ -87,7 +88,7 @@ class Seaweed:
             "-webdav=false",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
-            f"-bucket={BUCKET}",
+            f"-bucket={BUCKET},{DOCS_BUCKET}",
             f"-filer.localSocket={self.directory / 'filer.sock'}",
             f"-s3.localSocket={self.directory / 's3.sock'}",
             *(f"-{flag}={port}" for flag, port in self.ports.items()),
