@@ -36,6 +36,7 @@ from .encoding.serde import (
 from .engine import recovery
 from .engine.reader import iter_batches
 from .engine.single import build_plain_append
+from .engine.view_end import view_end_offset
 from .engine.writer import SegmentWriter
 from .errors import (
     ConfigError,
@@ -419,31 +420,12 @@ class Log(LogAppends):
     # -- offsets -----------------------------------------------------------------------
     @property
     def end_offset(self) -> int:
-        """The next offset to be assigned (as the last writer of any process left it)."""
+        """The next offset to be assigned (as the last writer of any process left it; with
+        no live writer, where the next one's recovery will start: ``engine.view_end``)."""
         self._check_open()
-        head = read_log_head(self.directory)
-        if head is not None:
-            return head.end_offset
-        if self.writer is not None:
-            return self.writer.end_offset
-        return self._recovered_end()
-
-    def _recovered_end(self) -> int:
-        """The end offset when no live writer stands behind a head (there is none yet, or
-        only one from before a power loss or reboot): where the next writer's recovery will
-        start new offsets, past the valid data of the newest segment, the last head's end
-        offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
-        stale = read_log_head(self.directory, any_boot=True)
-        if stale is not None and recovery.closed_cleanly(self.directory, stale):
-            return stale.end_offset  # (closed, then rebooted: the head is a fact, no scan)
-        bases = list_segments(self.directory)
-        last = max(self.start_offset, bases[-1] if bases else 0)
-        if bases:
-            for batch in iter_batches(self.directory, bases[-1], None):
-                last = max(last, batch.next_offset)
-        return max(
-            [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
-        )
+        writer = self.writer
+        mine = writer.end_offset if writer is not None else None
+        return view_end_offset(self.directory, self.start_offset, writer_end=mine)
 
     @property
     def start_offset(self) -> int:

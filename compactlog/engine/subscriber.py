@@ -470,7 +470,7 @@ class Subscriber:
                 )
             except FileNotFoundError:
                 return None
-        return read_published_head(self._fds.lock_fd)
+        return read_published_head(self._fds.lock_fd, self.directory)
 
     def _end_offset(self) -> int:
         head = self._head()

@@ -141,23 +141,27 @@ def read_head(fd: int) -> Head | None:
     return None
 
 
-def read_published_head(fd: int, *, any_boot: bool = False) -> Head | None:
-    """The head as readers may trust it: ``None`` when missing or unreadable, and when it
-    was stored under another boot (a power loss or a reboot since a writer last opened the
-    log: the head on disk is then stale or ahead of the data, as ``.lock`` is never fsynced,
-    and only the next writer's recovery finds the data's end; readers read to the end of
-    the valid data instead, ``segment.SegmentReader``). ``any_boot``: the head whatever
-    boot stored it (a hint, as recovery reads it)."""
+def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> Head | None:
+    """The head of the log in ``directory`` (its ``.lock`` open as ``fd``) as readers may
+    trust it: ``None`` when missing or unreadable, when it was stored under another boot (a
+    power loss or a reboot since a writer last opened the log), and when no live writer
+    stands behind it and the log was not closed cleanly with it (``head_trust.vouched``:
+    unsynced data may have been lost without a reboot). ``.lock`` is never fsynced, so
+    such a head may be older or newer than the data; readers then find the end of the data
+    as recovery does (``segment.SegmentReader``, ``Log.end_offset``). ``any_boot``: the
+    head whatever stored it (a hint, as recovery reads it)."""
     for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         data = os.pread(fd, LOCK_FILE_SIZE, 0)
         head = decode_head(data)
         if head is not None:
-            boot = BOOT.id
-            if any_boot or boot is None:
+            if any_boot:
                 return head
-            if len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot:
+            boot = BOOT.id
+            if boot is not None and (len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot):
                 return None
-            return head
+            from .head_trust import vouched
+
+            return head if vouched(directory, head) else None
     return None
 
 
@@ -169,7 +173,7 @@ def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
     except FileNotFoundError:
         return None
     try:
-        return read_published_head(fd, any_boot=any_boot)
+        return read_published_head(fd, os.path.dirname(path), any_boot=any_boot)
     finally:
         os.close(fd)
 
@@ -320,9 +324,10 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
     descriptor, whose closing releases it. Raises :class:`LogLockedError` at once when an
     exclusive writer holds the log, or, for ``exclusive``, when any other writer does."""
     from ..errors import LogLockedError
+    from .head_trust import mark_present
 
     try:
-        return lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
+        fd = lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
     except lockfile.LockHeld as held:
         holder = held.holder
         if exclusive:
@@ -336,6 +341,12 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
             f"({holder or 'pid unknown'}); it must close before others can write",
             path=directory,
         ) from None
+    try:
+        mark_present(fd)  # (readers trust the head while this lock lives: head_trust.py)
+    except BaseException:
+        lockfile.release(fd)
+        raise
+    return fd
 
 
 def release_writer(fd: int, *, exclusive: bool) -> None:

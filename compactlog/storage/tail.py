@@ -31,6 +31,7 @@ from ..encoding.format import (
 )
 from ..errors import MissingSegmentError
 from . import filenames
+from .durable import check_durable_length
 from .fsio import FileSystem
 from .head import Head
 from .segment import (
@@ -117,6 +118,8 @@ def open_newest_tail(
     fd = fs.open(path, os.O_RDWR | os.O_CREAT)
     try:
         size = _check_newest_header(fs, fd, path, cut_from, cuts)
+        if cut_from is not None:  # (recovery: bytes below the durable point are never cut)
+            check_durable_length(path, size, cut_from)
         if created:  # a log's first segment, or one a roll died before creating
             sync_new_file(fd)
             fs.fsync_dir(directory)
