@@ -490,9 +490,23 @@ def _lower_durable_point(
         f"damaged or missing (damage, not a torn tail): the durable point is now its end, "
         f"byte {size}"
     )
-    if not dry_run:
-        fs.pwrite(lock_fd, encode_sync_point(base, size), SYNC_POINT_AT)
-        fs.fdatasync(lock_fd)
+    if dry_run:
+        return
+    fs.pwrite(lock_fd, encode_sync_point(base, size), SYNC_POINT_AT)
+    fs.fdatasync(lock_fd)
+    # the offsets of the records lost are never handed out again (as after a crash, pass
+    # 7, but said as what it is): new records start past the end the head published
+    head = read_head(lock_fd)
+    with open(segment_path(directory, base), "rb") as handle:
+        found = scan_segment(name, handle.read(), HEADER_SIZE).next_offset
+    left = base if found is None else found
+    if head is not None and head.active_base == base and head.end_offset > left:
+        _create_empty_segment(fs, directory, head.end_offset)
+        report.fixes.append(
+            f"offsets {left} to {head.end_offset - 1} were lost to that damage: created an "
+            f"empty segment {filenames.segment_name(head.end_offset)} so that they are "
+            "never reused"
+        )
 
 
 def _lost_active_end(
