@@ -39,8 +39,7 @@ from ..encoding.format import SEGMENT_MAGIC, check_file_header
 from ..errors import CompactLogError, LogCheckError
 from ..storage import filenames
 from ..storage.durable import durable_size, missing_newest, unsynced_from
-from ..storage.head import Head, read_log_head
-from ..storage.head_trust import closed_cleanly
+from ..storage.head import Head, closed_cleanly, read_log_head
 from ..storage.segment import (
     HEADER_SIZE,
     Damage,

@@ -50,6 +50,7 @@ from ..storage.head import (
     SYNC_POINT_AT,
     SYNC_POINT_END,
     Head,
+    closed_cleanly,
     decode_sync_point,
     encode_head,
     encode_sync_point,
@@ -58,7 +59,6 @@ from ..storage.head import (
     try_lock_exclusive,
     unlock,
 )
-from ..storage.head_trust import closed_cleanly
 from ..storage.lockfile import pid_alive
 from ..storage.retention import remove_below_start
 from ..storage.segment import (

@@ -17,8 +17,7 @@ import os
 import threading
 
 from ..storage.durable import check_newest_present
-from ..storage.head import read_log_head
-from ..storage.head_trust import closed_cleanly
+from ..storage.head import closed_cleanly, read_log_head
 from ..storage.segment import list_segments, segment_path
 from ..storage.state_files import list_checkpoints
 from .reader import iter_batches

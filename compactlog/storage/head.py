@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from ..encoding.format import crc32c
 from . import filenames, lockfile
+from .presence import mark_present, writer_present
 
 HEAD = struct.Struct("<IIqqqI")
 HEAD_MAGIC = 0x44484C43  # "CLHD"
@@ -145,7 +146,7 @@ def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> H
     """The head of the log in ``directory`` (its ``.lock`` open as ``fd``) as readers may
     trust it: ``None`` when missing or unreadable, when it was stored under another boot (a
     power loss or a reboot since a writer last opened the log), and when no live writer
-    stands behind it and the log was not closed cleanly with it (``head_trust.vouched``:
+    stands behind it and the log was not closed cleanly with it (:func:`vouched`:
     unsynced data may have been lost without a reboot). ``.lock`` is never fsynced, so
     such a head may be older or newer than the data; readers then find the end of the data
     as recovery does (``segment.SegmentReader``, ``Log.end_offset``). ``any_boot``: the
@@ -159,10 +160,41 @@ def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> H
             boot = BOOT.id
             if boot is not None and (len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot):
                 return None
-            from .head_trust import vouched
-
             return head if vouched(directory, head) else None
     return None
+
+
+def vouched(directory: str, head: Head) -> bool:
+    """Whether a reader may take ``head`` (read under this boot's id) as the truth: a live
+    writer stands behind it (``presence.py``), or the log was closed cleanly with it (the
+    clean-shutdown marker, fsynced by ``close()`` after the final sync, equals it). Any
+    other head is a hint: readers find the end of the newest segment from the data and
+    its checksums, as recovery does (``segment.SegmentReader``, ``engine/view_end.py``)."""
+    return writer_present(directory) or closed_cleanly(directory, head)
+
+
+def read_clean_shutdown(directory: str) -> Head | None:
+    """The head the clean-shutdown marker holds (``None``: no marker, or unreadable)."""
+    try:
+        with open(os.path.join(directory, filenames.CLEAN_SHUTDOWN), "rb") as handle:
+            return decode_head(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def closed_cleanly(directory: str, head: Head | None) -> bool:
+    """Whether the last writer closed the log (its marker matches the head and the newest
+    segment ends where the head says): then the head is a fact, not a hint."""
+    marker = read_clean_shutdown(directory)
+    if marker is None or head is None or marker != head:
+        return False
+    try:
+        return (
+            os.path.getsize(os.path.join(directory, filenames.segment_name(head.active_base)))
+            == head.active_size
+        )
+    except FileNotFoundError:
+        return False
 
 
 def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
@@ -324,7 +356,6 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
     descriptor, whose closing releases it. Raises :class:`LogLockedError` at once when an
     exclusive writer holds the log, or, for ``exclusive``, when any other writer does."""
     from ..errors import LogLockedError
-    from .head_trust import mark_present
 
     try:
         fd = lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
@@ -342,7 +373,7 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
             path=directory,
         ) from None
     try:
-        mark_present(fd)  # (readers trust the head while this lock lives: head_trust.py)
+        mark_present(fd)  # (readers trust the head while this lock lives: presence.py)
     except BaseException:
         lockfile.release(fd)
         raise
