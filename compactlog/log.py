@@ -425,7 +425,7 @@ class Log(LogAppends):
         self._check_open()
         writer = self.writer
         mine = writer.end_offset if writer is not None else None
-        return view_end_offset(self.directory, self.start_offset, writer_end=mine)
+        return view_end_offset(self.directory, lambda: self.start_offset, writer_end=mine)
 
     @property
     def start_offset(self) -> int:

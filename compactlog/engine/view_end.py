@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 from ..storage.durable import check_newest_present
 from ..storage.head import closed_cleanly, read_log_head
@@ -30,12 +31,15 @@ _LOCK = threading.Lock()
 _KEEP = 64
 
 
-def view_end_offset(directory: str, start_offset: int, *, writer_end: int | None = None) -> int:
+def view_end_offset(
+    directory: str, start_offset: Callable[[], int], *, writer_end: int | None = None
+) -> int:
     """The end offset of the log in ``directory`` as any reader may state it (the module
-    docstring); ``start_offset`` is the log's start offset (the end of an empty log),
-    ``writer_end`` the end offset of the caller's own writer, if it has one (the truth
-    while no head is readable, during its open-time recovery)."""
-    head = read_log_head(directory)
+    docstring); ``start_offset()`` gives the log's start offset (the end of an empty log;
+    asked only without a trusted head), ``writer_end`` is the end offset of the caller's
+    own writer, if it has one (the truth while no head is readable, during its open-time
+    recovery)."""
+    head = read_log_head(directory, present=writer_end is not None)
     if head is not None:
         return head.end_offset
     if writer_end is not None:
@@ -45,7 +49,7 @@ def view_end_offset(directory: str, start_offset: int, *, writer_end: int | None
         return stale.end_offset  # (closed, then rebooted: the head is a fact, no scan)
     bases = list_segments(directory)
     check_newest_present(directory, bases)
-    last = max(start_offset, bases[-1] if bases else 0)
+    last = max(start_offset(), bases[-1] if bases else 0)
     if bases:
         last = max(last, _data_end(directory, bases[-1]))
     return max([last, stale.end_offset if stale else 0, *list_checkpoints(directory).values()])

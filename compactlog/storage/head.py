@@ -142,7 +142,9 @@ def read_head(fd: int) -> Head | None:
     return None
 
 
-def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> Head | None:
+def read_published_head(
+    fd: int, directory: str, *, any_boot: bool = False, present: bool = False
+) -> Head | None:
     """The head of the log in ``directory`` (its ``.lock`` open as ``fd``) as readers may
     trust it: ``None`` when missing or unreadable, when it was stored under another boot (a
     power loss or a reboot since a writer last opened the log), and when no live writer
@@ -150,7 +152,8 @@ def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> H
     unsynced data may have been lost without a reboot). ``.lock`` is never fsynced, so
     such a head may be older or newer than the data; readers then find the end of the data
     as recovery does (``segment.SegmentReader``, ``Log.end_offset``). ``any_boot``: the
-    head whatever stored it (a hint, as recovery reads it)."""
+    head whatever stored it (a hint, as recovery reads it); ``present``: the caller is a
+    live writer of this log itself (no need to ask)."""
     for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         data = os.pread(fd, LOCK_FILE_SIZE, 0)
         head = decode_head(data)
@@ -160,7 +163,7 @@ def read_published_head(fd: int, directory: str, *, any_boot: bool = False) -> H
             boot = BOOT.id
             if boot is not None and (len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot):
                 return None
-            return head if vouched(directory, head) else None
+            return head if present or vouched(directory, head) else None
     return None
 
 
@@ -197,7 +200,7 @@ def closed_cleanly(directory: str, head: Head | None) -> bool:
         return False
 
 
-def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
+def read_head_file(path: str, *, any_boot: bool = False, present: bool = False) -> Head | None:
     """The head in the ``.lock`` file at ``path`` as readers may trust it
     (:func:`read_published_head`)."""
     try:
@@ -205,14 +208,15 @@ def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
     except FileNotFoundError:
         return None
     try:
-        return read_published_head(fd, os.path.dirname(path), any_boot=any_boot)
+        return read_published_head(fd, os.path.dirname(path), any_boot=any_boot, present=present)
     finally:
         os.close(fd)
 
 
-def read_log_head(directory: str, *, any_boot: bool = False) -> Head | None:
+def read_log_head(directory: str, *, any_boot: bool = False, present: bool = False) -> Head | None:
     """The head in ``directory``'s ``.lock`` (:func:`read_head_file`)."""
-    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK), any_boot=any_boot)
+    path = os.path.join(directory, filenames.WRITER_LOCK)
+    return read_head_file(path, any_boot=any_boot, present=present)
 
 
 def lock_exclusive(fd: int) -> None:
