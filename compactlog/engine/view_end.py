@@ -28,7 +28,7 @@ from .reader import iter_batches
 # not change meanwhile (no writer), and its scan reads the whole newest segment
 _DATA_ENDS: dict[tuple[str, int, int, int, int], int] = {}
 _LOCK = threading.Lock()
-_KEEP = 64
+_KEEP = 1024  # (logs: the cleaner service asks about every log it watches)
 
 
 def view_end_offset(
