@@ -434,6 +434,7 @@ class SegmentReader:
         # a closed segment is mapped (no copy; for a scan that goes once through it); a
         # subscriber, which goes a poll at a time, reads it in chunks like the newest one
         self.mapped = mapped
+        self._vouched = False  # the last head read was trusted (``head.read_published_head``)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -520,9 +521,6 @@ class SegmentReader:
         position comes as one item whose header is the :class:`SmallRun`."""
         pos = max(position, HEADER_SIZE)
         size = self.readable_size()
-        if self.last_segment and not self.empty:
-            durable = durable_size(self.directory, self.base)
-            check_durable_length(self.path, os.fstat(self.fd).st_size, durable)
         if self.mapped and not self.last_segment and size > pos:
             yield from self._mapped_headers(pos, size, runs)
             return
@@ -552,6 +550,11 @@ class SegmentReader:
             pos += cursor
             if pos >= size:
                 size = self.readable_size()
+        if self.last_segment and not self.empty and not self._vouched:
+            # the data ended with no invalid batch, and no trusted head says where: were
+            # bytes made durable past it (missing bytes are damage, durable.py)?
+            durable = durable_size(self.directory, self.base)
+            check_durable_length(self.path, os.fstat(self.fd).st_size, durable)
 
     def readable_size(self) -> int:
         """Where the data ends: the file's size, for the newest segment bounded by the
@@ -561,6 +564,7 @@ class SegmentReader:
         size = os.fstat(self.fd).st_size
         if self.last_segment:
             head = read_log_head(self.directory) if self._read_head is None else self._read_head()
+            self._vouched = head is not None  # (a live writer's head, or a clean close's)
             return bound_by_head(size, self.base, head)
         return size
 

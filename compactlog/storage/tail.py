@@ -118,8 +118,6 @@ def open_newest_tail(
     fd = fs.open(path, os.O_RDWR | os.O_CREAT)
     try:
         size = _check_newest_header(fs, fd, path, cut_from, cuts)
-        if cut_from is not None:  # (recovery: bytes below the durable point are never cut)
-            check_durable_length(path, size, cut_from)
         if created:  # a log's first segment, or one a roll died before creating
             sync_new_file(fd)
             fs.fsync_dir(directory)
@@ -152,6 +150,8 @@ def open_newest_tail(
         data = read_all(fd, start, size - start)
         tolerate = None if cut_from is None else max(cut_from - start, 0)
         result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
+    if cut_from is not None:  # (recovery: bytes below the durable point are never cut)
+        check_durable_length(path, size, cut_from)
     valid_end = start + result.valid_end
     if result.torn_bytes:
         fs.truncate(fd, valid_end)
