@@ -78,8 +78,9 @@ def test_16_bytes_overwritten_in_the_last_batch_are_damage_not_a_torn_tail(close
 def test_the_active_segment_cut_in_half_is_missing_data_not_a_torn_tail(closed_log):
     log_dir, segment = closed_log
     size = os.path.getsize(segment)
-    os.truncate(segment, size // 2)
-    match = f"the segment ends at byte {size // 2}, but {size} bytes of it were made durable"
+    cut = max(p for p, _length in batch_positions(segment) if p < size // 2)
+    os.truncate(segment, size // 2)  # (the batch at ``cut`` loses its end)
+    match = f"at byte {cut}: incomplete batch .* below the durable point"
     assert_every_reader_raises(log_dir, compactlog.CorruptLogError, match)
     report = run_json("verify", log_dir, check=1)
     assert "missing_bytes" in {p["kind"] for p in report["problems"]}
