@@ -19,9 +19,8 @@ from collections.abc import Callable
 
 from ..storage.durable import check_newest_present
 from ..storage.head import closed_cleanly, read_log_head
-from ..storage.segment import list_segments, segment_path
+from ..storage.segment import HEADER_SIZE, SegmentReader, list_segments, segment_path
 from ..storage.state_files import list_checkpoints
-from .reader import iter_batches
 
 # (directory, base, inode, size, mtime) -> the newest segment's valid data end offset:
 # a view without a live writer asks for its end offset again and again, the file does
@@ -68,8 +67,9 @@ def _data_end(directory: str, base: int) -> int:
     if known is not None:
         return known
     end = base
-    for batch in iter_batches(directory, base, None):
-        end = max(end, batch.next_offset)
+    with SegmentReader(directory, base, last_segment=True) as reader:
+        for _pos, header in reader.headers(HEADER_SIZE):  # (CRCs checked, nothing decoded)
+            end = max(end, header.next_offset)
     with _LOCK:
         if len(_DATA_ENDS) >= _KEEP:
             _DATA_ENDS.clear()
