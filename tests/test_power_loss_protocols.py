@@ -8,6 +8,7 @@ it (unsynced bytes lost or out of order, an unsynced directory entry gone, ``.lo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -427,3 +428,15 @@ def test_a_stale_clean_marker_does_not_hide_a_checkpoint_past_the_end(log_dir):
     with compactlog.open(crashed) as log:
         assert log.end_offset == 7
         assert log.append(b"new", b"record") == 7
+
+
+def test_the_cli_reads_a_stale_heads_log_to_its_data_end_under_the_same_boot(log_dir):
+    """``segments`` and ``dump`` are built on the same view (the issue's case: the CLI
+    showed the active segment with the records the stale head named, not those on disk)."""
+    from .test_cli import run, run_json
+
+    crashed = stale_head_copy(log_dir)
+    [segment] = run_json("segments", crashed)["segments"]
+    assert (segment["records"], segment["next_offset"]) == (6, 6)
+    dumped = run("dump", crashed, "--json").stdout.splitlines()
+    assert [json.loads(line)["offset"] for line in dumped] == list(range(6))
