@@ -51,8 +51,18 @@ def writable(log_dir) -> list[int]:
         return [r.offset for r in log.read()]
 
 
+def subscriber(log_dir) -> list[int]:
+    with compactlog.open(log_dir, read_only=True, create=False) as log:
+        return [r.offset for r in log.subscribe("~s", start=0).poll(max_records=10_000)]
+
+
+def latest(log_dir) -> list[int]:
+    with compactlog.open(log_dir, read_only=True, create=False) as log:
+        return [r.offset for r in log.latest()]
+
+
 def assert_every_reader_raises(log_dir, error, match):
-    for read in (read_only, writable):
+    for read in (read_only, subscriber, latest, writable):
         with pytest.raises(error, match=match):
             read(log_dir)
 
