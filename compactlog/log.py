@@ -57,6 +57,7 @@ from .storage.head import (
     release_writer,
 )
 from .storage.log_identity import new_log_id
+from .storage.presence import others_present
 from .storage.segment import TimestampCache, list_segments, segment_data_size
 from .storage.state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 
@@ -170,6 +171,8 @@ class Log(LogAppends):
                     lambda: self.meta.log_start_offset,
                     exclusive=exclusive,
                 )
+                if not others_present(self._writers_fd):
+                    self.writer.forget_boot()  # (readers distrust the head until recovered)
                 try:
                     with self.writer.pause_appends():
                         self.recovery_report = recovery.recover_on_open(self)

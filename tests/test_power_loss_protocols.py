@@ -440,3 +440,22 @@ def test_the_cli_reads_a_stale_heads_log_to_its_data_end_under_the_same_boot(log
     assert (segment["records"], segment["next_offset"]) == (6, 6)
     dumped = run("dump", crashed, "--json").stdout.splitlines()
     assert [json.loads(line)["offset"] for line in dumped] == list(range(6))
+
+
+def test_while_a_writer_recovers_readers_do_not_trust_the_head_it_found(log_dir, monkeypatch):
+    """A writer is registered before its open-time recovery has judged the head a dead
+    writer left: until then no live writer stands behind that head."""
+    from compactlog.engine import recovery
+
+    crashed = stale_head_copy(log_dir)
+    seen = []
+    recover = recovery.recover_on_open
+
+    def recover_and_look(log):
+        seen.append(read_all(crashed))  # a reader in the middle of the writer's open
+        return recover(log)
+
+    monkeypatch.setattr(recovery, "recover_on_open", recover_and_look)
+    with compactlog.open(crashed):
+        pass
+    assert seen == [records(6)]

@@ -58,4 +58,17 @@ def writer_present(directory: str) -> bool:
     return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
 
 
-__all__ = ["mark_present", "writer_present"]
+def others_present(fd: int) -> bool:
+    """Whether a writable open other than the one holding ``fd`` (its ``.writers.lock``,
+    marked by :func:`mark_present`) has the log open: a description's own lock never
+    conflicts with itself, so only the others' answer."""
+    if _GETLK is None:
+        return True
+    try:
+        answer = fcntl.fcntl(fd, _GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+    except OSError:
+        return True
+    return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
+
+
+__all__ = ["mark_present", "others_present", "writer_present"]
