@@ -50,6 +50,7 @@ from .storage import filenames, retention
 from .storage.cleaner_lock import CleanerLock
 from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
 from .storage.head import (
+    clear_boot,
     lock_exclusive,
     other_writers,
     read_log_head,
@@ -172,7 +173,7 @@ class Log(LogAppends):
                     exclusive=exclusive,
                 )
                 if not others_present(self._writers_fd):
-                    self.writer.forget_boot()  # (readers distrust the head until recovered)
+                    clear_boot(self.writer.head_map)  # (head.py: until recovery stamps it)
                 try:
                     with self.writer.pause_appends():
                         self.recovery_report = recovery.recover_on_open(self)

@@ -407,12 +407,6 @@ class SegmentWriter(LingerAppends, PrecommitAppends, WriterSyncs):
         self._sync_jobs.dir_dirty = True
         self._publish_head()
 
-    def forget_boot(self) -> None:
-        """Clear the boot id in ``.lock`` before open-time recovery, when no other writer
-        stands behind the head: until :meth:`finish_recovery` stamps it again, readers
-        take the head a dead writer left for the hint it is (head.py)."""
-        self.head_map[BOOT_AT:BOOT_END] = bytes(BOOT_END - BOOT_AT)
-
     def finish_recovery(self) -> None:
         """End open-time recovery: from now on taking the lock catches up with the head, and
         readers trust the head this boot stores (the boot id in ``.lock``, head.py)."""

@@ -176,6 +176,14 @@ def vouched(directory: str, head: Head) -> bool:
     return writer_present(directory) or closed_cleanly(directory, head)
 
 
+def clear_boot(head_map: mmap.mmap) -> None:
+    """Clear the boot id in a writer's map of ``.lock`` before its open-time recovery, when
+    no other writer stands behind the head: until recovery stamps it again
+    (``SegmentWriter.finish_recovery``), readers take the head a dead writer left for the
+    hint it is."""
+    head_map[BOOT_AT:BOOT_END] = bytes(BOOT_END - BOOT_AT)
+
+
 def read_clean_shutdown(directory: str) -> Head | None:
     """The head the clean-shutdown marker holds (``None``: no marker, or unreadable)."""
     try:
