@@ -7,8 +7,10 @@ one dropped. Explicit log paths are taken as they are.
 :func:`probe` learns what ranking needs from small files only: ``meta`` (config, log start,
 uncleanable mark), ``cleaner.checkpoint`` (the cleaner point, tombstone marks), subscriber
 checkpoints, the head in ``.lock`` (end offset) and segment file names, sizes and mtimes.
-It never opens a segment: a round over a hundred idle logs costs a few hundred ``stat``
-calls. The dirty ratio is the one every figure uses (``compactlog.compaction.dirty``):
+It never opens a segment but one: the newest segment of a log that crashed and that no
+live writer has reopened, whose end offset is then its data's (``engine/view_end.py``,
+read once per version of the file). A round over a hundred idle logs costs a few hundred
+``stat`` calls. The dirty ratio is the one every figure uses (``compactlog.compaction.dirty``):
 the same as the cleaner's selection. Only a log with ``min_compaction_lag_ms`` set has its
 dirty segments' batch headers read, once per segment file (``timestamp_cache``).
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from compactlog.compaction.dirty import Segment, measure
 from compactlog.config import LogConfig
 from compactlog.engine.snapshot import MANIFEST as SNAPSHOT_MANIFEST
+from compactlog.engine.view_end import view_end_offset
 from compactlog.errors import CompactLogError
 from compactlog.storage import filenames
 from compactlog.storage.head import read_log_head
@@ -145,7 +148,11 @@ def probe(ref: LogRef, now_ms: int, timestamp_cache: TimestampCache | None = Non
     facts.uncleanable = meta.uncleanable
     facts.segments = len(bases)
     facts.total_bytes = sum(sizes)
-    facts.end_offset = head.end_offset if head is not None else (bases[-1] if bases else 0)
+    try:  # (the head while a live writer stands behind it, else the data's end)
+        facts.end_offset = view_end_offset(directory, lambda: meta.log_start_offset)
+    except (CompactLogError, OSError) as error:
+        facts.error = str(error)
+        return facts
     facts.subscriber_lag = {
         name: max(0, facts.end_offset - offset) for name, offset in checkpoints.items()
     }

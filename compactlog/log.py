@@ -36,6 +36,7 @@ from .encoding.serde import (
 from .engine import recovery
 from .engine.reader import iter_batches
 from .engine.single import build_plain_append
+from .engine.view_end import view_end_offset
 from .engine.writer import SegmentWriter
 from .errors import (
     ConfigError,
@@ -49,6 +50,7 @@ from .storage import filenames, retention, segment_chain
 from .storage.cleaner_lock import CleanerLock
 from .storage.fsio import DEFAULT_FS, FileSystem, make_directories
 from .storage.head import (
+    clear_boot,
     lock_exclusive,
     other_writers,
     read_log_head,
@@ -57,6 +59,7 @@ from .storage.head import (
 )
 from .storage.log_identity import new_log_id
 from .storage.logdirs import absolute_directory, wait_for_log
+from .storage.presence import others_present
 from .storage.segment import TimestampCache, list_segments, segment_data_size
 from .storage.state_files import (
     Meta,
@@ -176,6 +179,8 @@ class Log(LogAppends):
                     lambda: self.meta.log_start_offset,
                     exclusive=exclusive,
                 )
+                if not others_present(self._writers_fd):
+                    clear_boot(self.writer.head_map)  # (head.py: until recovery stamps it)
                 try:
                     with self.writer.pause_appends():
                         self.recovery_report = recovery.recover_on_open(self)
@@ -436,31 +441,12 @@ class Log(LogAppends):
     # -- offsets -----------------------------------------------------------------------
     @property
     def end_offset(self) -> int:
-        """The next offset to be assigned (as the last writer of any process left it)."""
+        """The next offset to be assigned (as the last writer of any process left it; with
+        no live writer, where the next one's recovery will start: ``engine.view_end``)."""
         self._check_open()
-        head = read_log_head(self.directory)
-        if head is not None:
-            return head.end_offset
-        if self.writer is not None:
-            return self.writer.end_offset
-        return self._recovered_end()
-
-    def _recovered_end(self) -> int:
-        """The end offset when no live writer stands behind a head (there is none yet, or
-        only one from before a power loss or reboot): where the next writer's recovery will
-        start new offsets, past the valid data of the newest segment, the last head's end
-        offset and every durable subscriber checkpoint (``recovery`` passes 5 and 7)."""
-        stale = read_log_head(self.directory, any_boot=True)
-        if stale is not None and recovery.closed_cleanly(self.directory, stale):
-            return stale.end_offset  # (closed, then rebooted: the head is a fact, no scan)
-        bases = list_segments(self.directory)
-        last = max(self.start_offset, bases[-1] if bases else 0)
-        if bases:
-            for batch in iter_batches(self.directory, bases[-1], None):
-                last = max(last, batch.next_offset)
-        return max(
-            [last, stale.end_offset if stale else 0, *list_checkpoints(self.directory).values()]
-        )
+        writer = self.writer
+        mine = writer.end_offset if writer is not None else None
+        return view_end_offset(self.directory, lambda: self.start_offset, writer_end=mine)
 
     @property
     def start_offset(self) -> int:

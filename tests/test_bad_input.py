@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 
 import pytest
 
@@ -269,9 +270,24 @@ def test_damage_in_a_closed_segment_is_corruption_even_at_its_end(log_dir):
 # -- torn tails --------------------------------------------------------------------------------
 
 
+def five_batches_the_last_unsynced(log_dir):
+    """:func:`five_batches` under ``sync="os"``, flushed before the last: a crash copy
+    (as a ``kill -9`` leaves it) in which only the last batch lies past the durable point
+    (a torn tail may be cut only there: tests/test_durable_point.py)."""
+    with compactlog.open(log_dir, sync="os") as log:
+        for i in range(5):
+            if i == 4:
+                log.flush()
+            log.append_batch([(b"k%d-%d" % (i, j), b"value-%d" % j) for j in range(10)])
+        crashed = log_dir.parent / "crashed"
+        shutil.copytree(log_dir, crashed)
+    [segment] = segment_files(crashed)
+    return crashed, segment, batch_positions(segment)
+
+
 @pytest.mark.parametrize("kept", [0, 10, 47, 48, 60])
 def test_truncated_trailing_batch_is_dropped_and_reported(log_dir, kept):
-    segment, batches = five_batches(log_dir)
+    log_dir, segment, batches = five_batches_the_last_unsynced(log_dir)
     position, _length = batches[-1]
     truncate(segment, position + kept)
     with compactlog.open(log_dir) as log:

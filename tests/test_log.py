@@ -287,3 +287,22 @@ def test_an_open_refused_by_a_config_error_creates_nothing(tmp_path, setting, wh
         compactlog.open(path, **setting)
     assert str(found.value).startswith(f"{path}: "), found.value
     assert os.listdir(path) == [] if where == "empty" else not os.path.lexists(path)
+
+
+def test_as_of_past_the_end_is_the_latest_state_in_constant_memory(tmp_path):
+    """``as_of`` far past the end once sized the dirty section's bitmap from it (10**12: 116
+    GiB); it is the latest state, and memory stays sized by the log."""
+    import tracemalloc
+
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"a", b"1"), (b"b", b"2"), (b"a", b"3")])
+        want = [(r.offset, r.key, r.value) for r in log.latest()]
+        tracemalloc.start()
+        try:
+            for as_of in (10**9, 10**12):  # (10**9 first: on a regression it costs 125 MB)
+                got = [(r.offset, r.key, r.value) for r in log.latest(as_of=as_of)]
+                assert got == want
+                assert log.latest_arrow(as_of=as_of).num_rows == len(want)
+                assert tracemalloc.get_traced_memory()[1] < 16 << 20
+        finally:
+            tracemalloc.stop()

@@ -8,6 +8,7 @@ it (unsynced bytes lost or out of order, an unsynced directory entry gone, ``.lo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -25,6 +26,8 @@ from compactlog.storage.head import (
     encode_head,
     read_log_head,
     read_sync_point,
+    register_writer,
+    release_writer,
 )
 from compactlog.storage.segment import HEADER_SIZE, list_segments, read_index
 
@@ -180,7 +183,9 @@ def test_a_checkpoint_past_the_recovered_end_keeps_its_offsets_unused(log_dir):
         crashed = crash_copy(log_dir)
     segment = crashed / filenames.segment_name(0)
     os.truncate(segment, batch_positions(segment)[4][0])  # the power loss took 4-9 back
-    set_head(crashed, read_log_head(str(crashed))._replace(end_offset=4, active_size=0))
+    set_head(
+        crashed, read_log_head(str(crashed), any_boot=True)._replace(end_offset=4, active_size=0)
+    )
     with compactlog.open(crashed) as log:
         assert log.end_offset == 10
         assert log.subscribers() == {"s": 10}
@@ -339,7 +344,10 @@ def test_after_a_reboot_readers_do_not_stop_at_a_stale_head(log_dir, reboot):
         assert [r.offset for r in log.subscribe("new").poll(max_records=10)] == list(range(6))
 
 
-def test_under_the_boot_that_stored_it_the_head_bounds_readers(log_dir):
+def stale_head_copy(log_dir):
+    """A log whose records 0-5 were all synced, under this boot, with the head in ``.lock``
+    from before records 3-5: unsynced data lost without a reboot (a FUSE daemon that died,
+    an NFS server with async exports that restarted), after its writer was killed."""
     with compactlog.open(log_dir, sync="always") as log:
         append(log, records(3))
         stale = (log_dir / filenames.WRITER_LOCK).read_bytes()[: HEAD.size]
@@ -348,9 +356,28 @@ def test_under_the_boot_that_stored_it_the_head_bounds_readers(log_dir):
     (crashed / filenames.WRITER_LOCK).write_bytes(
         stale + (crashed / filenames.WRITER_LOCK).read_bytes()[HEAD.size :]
     )
-    # a live writer's head: what it has not published yet is not read (kill -9 keeps the
-    # page cache, so the head and the data agree; only a reboot makes the head stale)
-    assert read_all(crashed) == records(3)
+    return crashed
+
+
+def test_without_a_live_writer_a_stale_head_bounds_no_reader_under_the_same_boot(log_dir):
+    crashed = stale_head_copy(log_dir)
+    with compactlog.open(crashed, read_only=True) as log:
+        assert log.end_offset == 6
+        assert [(r.offset, r.key, r.value) for r in log.read()] == records(6)
+        assert [r.offset for r in log.subscribe("new").poll(max_records=10)] == list(range(6))
+    assert read_all(crashed) == records(6)
+
+
+def test_while_a_live_writer_stands_behind_the_head_it_bounds_readers(log_dir):
+    crashed = stale_head_copy(log_dir)
+    # a writer registered (a writable open of another process, here its lock alone): what
+    # it has not published yet is not read
+    held = register_writer(str(crashed), str(crashed / filenames.WRITERS_LOCK), exclusive=False)
+    try:
+        assert read_all(crashed) == records(3)
+    finally:
+        release_writer(held, exclusive=False)
+    assert read_all(crashed) == records(6)
 
 
 def test_after_a_clean_close_and_a_reboot_readers_trust_the_closed_head(log_dir, reboot):
@@ -401,3 +428,34 @@ def test_a_stale_clean_marker_does_not_hide_a_checkpoint_past_the_end(log_dir):
     with compactlog.open(crashed) as log:
         assert log.end_offset == 7
         assert log.append(b"new", b"record") == 7
+
+
+def test_the_cli_reads_a_stale_heads_log_to_its_data_end_under_the_same_boot(log_dir):
+    """``segments`` and ``dump`` are built on the same view (the issue's case: the CLI
+    showed the active segment with the records the stale head named, not those on disk)."""
+    from .test_cli import run, run_json
+
+    crashed = stale_head_copy(log_dir)
+    [segment] = run_json("segments", crashed)["segments"]
+    assert (segment["records"], segment["next_offset"]) == (6, 6)
+    dumped = run("dump", crashed, "--json").stdout.splitlines()
+    assert [json.loads(line)["offset"] for line in dumped] == list(range(6))
+
+
+def test_while_a_writer_recovers_readers_do_not_trust_the_head_it_found(log_dir, monkeypatch):
+    """A writer is registered before its open-time recovery has judged the head a dead
+    writer left: until then no live writer stands behind that head."""
+    from compactlog.engine import recovery
+
+    crashed = stale_head_copy(log_dir)
+    seen = []
+    recover = recovery.recover_on_open
+
+    def recover_and_look(log):
+        seen.append(read_all(crashed))  # a reader in the middle of the writer's open
+        return recover(log)
+
+    monkeypatch.setattr(recovery, "recover_on_open", recover_and_look)
+    with compactlog.open(crashed):
+        pass
+    assert seen == [records(6)]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from ..storage import filenames
 from ..storage.head import Head, read_head_file
+from .view_end import view_end_offset
 from .watch import INOTIFY_MISSES, INOTIFY_SAFETY_S, SLEEP_MAX_S, HeadWatcher
 
 
@@ -155,11 +156,14 @@ async def wait_for_offset_async(
     whichever process appends it. ``True`` once it does, ``False`` after ``timeout_s``."""
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be a non-negative int, not {offset!r}")
-    lock_path = os.path.join(os.path.abspath(os.fspath(directory)), filenames.WRITER_LOCK)
+    path = os.path.abspath(os.fspath(directory))
 
     def published() -> bool:
-        head = read_head_file(lock_path)
-        return head is not None and head.end_offset > offset
+        # (the view's end: the head while a live writer stands behind it, else the data's)
+        try:
+            return view_end_offset(path, lambda: 0) > offset
+        except FileNotFoundError:
+            return False  # (no log here yet)
 
     return await wait_until(directory, published, timeout_s)
 

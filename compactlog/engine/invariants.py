@@ -39,7 +39,8 @@ from ..encoding.batch_decode import decode_batch
 from ..encoding.format import SEGMENT_MAGIC, check_file_header
 from ..errors import CompactLogError, LogCheckError
 from ..storage import filenames, segment_chain
-from ..storage.head import Head, read_log_head
+from ..storage.durable import durable_size, missing_newest, unsynced_from
+from ..storage.head import Head, closed_cleanly, read_log_head
 from ..storage.segment import (
     HEADER_SIZE,
     Damage,
@@ -48,11 +49,9 @@ from ..storage.segment import (
     list_segments,
     read_index,
     segment_path,
-    unsynced_from,
     unsynced_header,
     walk,
 )
-from .recovery import closed_cleanly
 
 
 class MappedFile:
@@ -188,6 +187,15 @@ def verify_log(
     for file, message in segment_chain.problems(directory, bases, meta.log_start_offset):
         if file not in orphans:  # (its orphan index said so already)
             report.problem("missing_segment", file, None, f"{message} (repair accepts the loss)")
+    gone = missing_newest(directory, bases)
+    if gone is not None:
+        report.problem(
+            "missing_segment",
+            gone,
+            None,
+            "the newest segment is missing, and records in it had been made durable "
+            "(synced or closed cleanly): those offsets are lost (repair accepts the loss)",
+        )
     previous_next: int | None = None
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
@@ -313,12 +321,17 @@ def _verify_segment(
                             "to open the log truncates it, repair quarantines it",
                         )
                     else:
+                        where = (
+                            "this segment, below its durable point,"
+                            if last
+                            else ("this closed segment")
+                        )
                         report.problem(
                             "corrupt_batch",
                             name,
                             pos,
-                            f"{item.reason}; the {end - pos} bytes to the end of this closed "
-                            "segment are unreadable",
+                            f"{item.reason}; the {end - pos} bytes to the end of {where} are "
+                            "unreadable (damage, not a torn tail)",
                         )
                     report.unreadable_bytes += end - pos
                     break
@@ -344,6 +357,16 @@ def _verify_segment(
             report.records += header.count
             positions[pos] = header.base_offset
             next_offset = header.next_offset
+        durable = durable_size(directory, base) if last else 0
+        if size < durable:
+            report.problem(
+                "missing_bytes",
+                name,
+                size,
+                f"the segment ends at byte {size}, but {durable} bytes of it were made durable "
+                "(synced or closed cleanly): bytes below the durable point are missing "
+                "(damage, not a torn tail)",
+            )
     _verify_index(report, directory, base, positions, end, growing=last)
     return next_offset
 

@@ -138,18 +138,21 @@ def latest_batches(
     ``as_of`` below the cleaner point raises :class:`InexactReadError` at the call unless
     ``allow_inexact`` (see :func:`check_exact`).
     """
+    end = log.end_offset
     if as_of is not None:
         check_exact(
             as_of,
             read_cleaner_state(log.directory).first_dirty_offset,
-            log.end_offset,
+            end,
             allow_inexact=allow_inexact,
         )
-    return _latest_batches(log, as_of)
+        # past the end it is the latest state: every structure sized by the range (the
+        # dirty section's bitmap, ``DirtyIndex``) stays sized by the log, whatever ``as_of``
+        end = min(end, as_of)
+    return _latest_batches(log, end)
 
 
-def _latest_batches(log: LogView, as_of: int | None) -> Iterator[RecordBatch]:
-    end = log.end_offset if as_of is None else as_of
+def _latest_batches(log: LogView, end: int) -> Iterator[RecordBatch]:
     start = log.start_offset
     if end <= start:
         return

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 
 from ..encoding.batch_decode import RecordBatch
 from ..errors import MissingSegmentError
+from ..storage.durable import check_newest_present
 from ..storage.segment import SegmentReader, list_segments
 from ..storage.tail import scan_start
 
@@ -39,6 +40,7 @@ def iter_batches(directory: str, start: int, end: int | None) -> Iterator[Record
         fresh = bases is None
         if bases is None:
             bases = list_segments(directory)
+            check_newest_present(directory, bases)
         if not bases:
             return
         i = bisect.bisect_right(bases, wanted.next_offset) - 1

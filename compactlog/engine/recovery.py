@@ -47,11 +47,13 @@ from ..errors import CorruptLogError, LogLockedError, MissingSegmentError
 from ..storage import filenames, segment_chain, swap
 from ..storage.fsio import FileSystem
 from ..storage.head import (
+    SYNC_POINT_AT,
     SYNC_POINT_END,
     Head,
-    decode_head,
+    closed_cleanly,
     decode_sync_point,
     encode_head,
+    encode_sync_point,
     read_head,
     read_sync_point,
     register_writer,
@@ -172,18 +174,6 @@ def recover_on_open(log: LogView) -> list[str]:
     writer.finish_recovery()
     _remove_clean_shutdown(log)
     return report
-
-
-def closed_cleanly(directory: str, head: Head | None) -> bool:
-    """Whether the last writer closed the log (its marker matches the head and the newest
-    segment ends where the head says): then the head is a fact, not a hint."""
-    marker = _read_clean_shutdown(directory)
-    if marker is None or head is None or marker != head:
-        return False
-    try:
-        return os.path.getsize(segment_path(directory, head.active_base)) == head.active_size
-    except FileNotFoundError:
-        return False
 
 
 def _recover_tail(log: LogView, head: Head | None, report: list[str]) -> None:
@@ -318,14 +308,6 @@ def write_clean_shutdown(log: LogView, head: Head) -> None:
         log.fs.write_atomic(log.directory, filenames.CLEAN_SHUTDOWN, encode_head(head))
     except OSError:
         pass  # without the marker the next open validates the tail: slower, equally safe
-
-
-def _read_clean_shutdown(directory: str) -> Head | None:
-    try:
-        with open(os.path.join(directory, filenames.CLEAN_SHUTDOWN), "rb") as handle:
-            return decode_head(handle.read())
-    except FileNotFoundError:
-        return None
 
 
 def _remove_clean_shutdown(log: LogView) -> None:
@@ -493,6 +475,8 @@ def repair(
                 interval=meta.config.index_interval_bytes,
             )
         report.fixes.extend(repair_state.repair_chain(fs, directory, dry_run=dry_run))
+        if bases:
+            _lower_durable_point(report, fs, directory, lock_fd, bases[-1], dry_run=dry_run)
         if not dry_run:
             for name in (filenames.CLEAN_SHUTDOWN,):
                 try:
@@ -516,6 +500,42 @@ def repair(
         unlock(cleaner_fd)
         os.close(cleaner_fd)
     return report
+
+
+def _lower_durable_point(
+    report: RepairReport, fs: FileSystem, directory: str, lock_fd: int, base: int, *, dry_run: bool
+) -> None:
+    """After the newest segment's damage was quarantined (or its bytes were found missing),
+    its durable point (the sync point, ``storage/durable.py``) may lie past its end: move it
+    to the end, so that readers and the next writer take what is left as whole, and say so
+    (the records below the old point that are gone were damage, not a torn tail)."""
+    point = decode_sync_point(os.pread(lock_fd, SYNC_POINT_END, 0))
+    size = os.path.getsize(segment_path(directory, base))
+    if point is None or point.base != base or size >= point.size:
+        return
+    name = filenames.segment_name(base)
+    report.fixes.append(
+        f"{name}: {point.size - size} bytes below its durable point (byte {point.size}) were "
+        f"damaged or missing (damage, not a torn tail): the durable point is now its end, "
+        f"byte {size}"
+    )
+    if dry_run:
+        return
+    fs.pwrite(lock_fd, encode_sync_point(base, size), SYNC_POINT_AT)
+    fs.fdatasync(lock_fd)
+    # the offsets of the records lost are never handed out again (as after a crash, pass
+    # 7, but said as what it is): new records start past the end the head published
+    head = read_head(lock_fd)
+    with open(segment_path(directory, base), "rb") as handle:
+        found = scan_segment(name, handle.read(), HEADER_SIZE).next_offset
+    left = base if found is None else found
+    if head is not None and head.active_base == base and head.end_offset > left:
+        _create_empty_segment(fs, directory, head.end_offset)
+        report.fixes.append(
+            f"offsets {left} to {head.end_offset - 1} were lost to that damage: created an "
+            f"empty segment {filenames.segment_name(head.end_offset)} so that they are "
+            "never reused"
+        )
 
 
 def _lost_active_end(

@@ -39,6 +39,7 @@ from ..encoding.format import (
 )
 from ..errors import NotALogError, SnapshotError
 from ..storage import filenames
+from ..storage.durable import check_durable_length, durable_size, unsynced_from
 from ..storage.fsio import fsync_dir, fsync_file
 from ..storage.head import read_log_head
 from ..storage.segment import (
@@ -280,10 +281,14 @@ def _link_closed(log: LogView, partial: str, durable: bool) -> _Linked:
 
 
 def _scan_end(directory: str, base: int) -> tuple[int, int]:
+    """Where the newest segment's valid data ends, judged as every reader judges it
+    (``storage/durable.py``): past the durable point the first invalid batch ends it,
+    below it damage raises."""
     path = segment_path(directory, base)
     with open(path, "rb") as handle:
         data = handle.read()
-    result = scan_segment(path, data, HEADER_SIZE)
+    check_durable_length(path, len(data), durable_size(directory, base))
+    result = scan_segment(path, data, HEADER_SIZE, tolerate_from=unsynced_from(directory, base))
     return result.valid_end, result.next_offset if result.next_offset is not None else base
 
 

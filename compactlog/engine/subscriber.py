@@ -473,7 +473,9 @@ class Subscriber:
                 )
             except FileNotFoundError:
                 return None
-        return read_published_head(self._fds.lock_fd)
+        return read_published_head(
+            self._fds.lock_fd, self.directory, present=self.log.writer is not None
+        )
 
     def _end_offset(self) -> int:
         head = self._head()

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from ..encoding.format import crc32c
 from . import filenames, lockfile
+from .presence import mark_present, writer_present
 
 HEAD = struct.Struct("<IIqqqI")
 HEAD_MAGIC = 0x44484C43  # "CLHD"
@@ -141,27 +142,73 @@ def read_head(fd: int) -> Head | None:
     return None
 
 
-def read_published_head(fd: int, *, any_boot: bool = False) -> Head | None:
-    """The head as readers may trust it: ``None`` when missing or unreadable, and when it
-    was stored under another boot (a power loss or a reboot since a writer last opened the
-    log: the head on disk is then stale or ahead of the data, as ``.lock`` is never fsynced,
-    and only the next writer's recovery finds the data's end; readers read to the end of
-    the valid data instead, ``segment.SegmentReader``). ``any_boot``: the head whatever
-    boot stored it (a hint, as recovery reads it)."""
+def read_published_head(
+    fd: int, directory: str, *, any_boot: bool = False, present: bool = False
+) -> Head | None:
+    """The head of the log in ``directory`` (its ``.lock`` open as ``fd``) as readers may
+    trust it: ``None`` when missing or unreadable, when it was stored under another boot (a
+    power loss or a reboot since a writer last opened the log), and when no live writer
+    stands behind it and the log was not closed cleanly with it (:func:`vouched`:
+    unsynced data may have been lost without a reboot). ``.lock`` is never fsynced, so
+    such a head may be older or newer than the data; readers then find the end of the data
+    as recovery does (``segment.SegmentReader``, ``Log.end_offset``). ``any_boot``: the
+    head whatever stored it (a hint, as recovery reads it); ``present``: the caller is a
+    live writer of this log itself (no need to ask)."""
     for _ in range(3):  # a read racing a writer's store fails its CRC: retry
         data = os.pread(fd, LOCK_FILE_SIZE, 0)
         head = decode_head(data)
         if head is not None:
-            boot = BOOT.id
-            if any_boot or boot is None:
+            if any_boot:
                 return head
-            if len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot:
+            boot = BOOT.id
+            if boot is not None and (len(data) < BOOT_END or data[BOOT_AT:BOOT_END] != boot):
                 return None
-            return head
+            return head if present or vouched(directory, head) else None
     return None
 
 
-def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
+def vouched(directory: str, head: Head) -> bool:
+    """Whether a reader may take ``head`` (read under this boot's id) as the truth: a live
+    writer stands behind it (``presence.py``), or the log was closed cleanly with it (the
+    clean-shutdown marker, fsynced by ``close()`` after the final sync, equals it). Any
+    other head is a hint: readers find the end of the newest segment from the data and
+    its checksums, as recovery does (``segment.SegmentReader``, ``engine/view_end.py``)."""
+    return writer_present(directory) or closed_cleanly(directory, head)
+
+
+def clear_boot(head_map: mmap.mmap) -> None:
+    """Clear the boot id in a writer's map of ``.lock`` before its open-time recovery, when
+    no other writer stands behind the head: until recovery stamps it again
+    (``SegmentWriter.finish_recovery``), readers take the head a dead writer left for the
+    hint it is."""
+    head_map[BOOT_AT:BOOT_END] = bytes(BOOT_END - BOOT_AT)
+
+
+def read_clean_shutdown(directory: str) -> Head | None:
+    """The head the clean-shutdown marker holds (``None``: no marker, or unreadable)."""
+    try:
+        with open(os.path.join(directory, filenames.CLEAN_SHUTDOWN), "rb") as handle:
+            return decode_head(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def closed_cleanly(directory: str, head: Head | None) -> bool:
+    """Whether the last writer closed the log (its marker matches the head and the newest
+    segment ends where the head says): then the head is a fact, not a hint."""
+    marker = read_clean_shutdown(directory)
+    if marker is None or head is None or marker != head:
+        return False
+    try:
+        return (
+            os.path.getsize(os.path.join(directory, filenames.segment_name(head.active_base)))
+            == head.active_size
+        )
+    except FileNotFoundError:
+        return False
+
+
+def read_head_file(path: str, *, any_boot: bool = False, present: bool = False) -> Head | None:
     """The head in the ``.lock`` file at ``path`` as readers may trust it
     (:func:`read_published_head`)."""
     try:
@@ -169,14 +216,15 @@ def read_head_file(path: str, *, any_boot: bool = False) -> Head | None:
     except FileNotFoundError:
         return None
     try:
-        return read_published_head(fd, any_boot=any_boot)
+        return read_published_head(fd, os.path.dirname(path), any_boot=any_boot, present=present)
     finally:
         os.close(fd)
 
 
-def read_log_head(directory: str, *, any_boot: bool = False) -> Head | None:
+def read_log_head(directory: str, *, any_boot: bool = False, present: bool = False) -> Head | None:
     """The head in ``directory``'s ``.lock`` (:func:`read_head_file`)."""
-    return read_head_file(os.path.join(directory, filenames.WRITER_LOCK), any_boot=any_boot)
+    path = os.path.join(directory, filenames.WRITER_LOCK)
+    return read_head_file(path, any_boot=any_boot, present=present)
 
 
 def lock_exclusive(fd: int) -> None:
@@ -322,7 +370,7 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
     from ..errors import LogLockedError
 
     try:
-        return lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
+        fd = lockfile.lock(lock_path, shared=not exclusive, note="exclusive" if exclusive else "")
     except lockfile.LockHeld as held:
         holder = held.holder
         if exclusive:
@@ -337,6 +385,12 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
             "until that writer closes (it compacts in its own process: log.compact())",
             path=directory,
         ) from None
+    try:
+        mark_present(fd)  # (readers trust the head while this lock lives: presence.py)
+    except BaseException:
+        lockfile.release(fd)
+        raise
+    return fd
 
 
 def release_writer(fd: int, *, exclusive: bool) -> None:

@@ -11,7 +11,7 @@ and treated as "not yet written" by readers. An invalid batch followed by valid 
 corruption: :class:`CorruptLogError` naming file and position, never a silent skip; except
 in the newest segment past its sync point (``head.py``), where a power loss may have kept
 later unsynced writes and lost earlier ones: there it ends the data like a torn tail
-(:func:`unsynced_from`). :func:`judge_damage` is that rule, and the only place it is
+(``durable.py``). :func:`judge_damage` is that rule, and the only place it is
 written: every reader, scan and check of segment bytes asks it.
 """
 
@@ -42,8 +42,9 @@ from ..encoding.format import (
 from ..encoding.small_runs import SmallRun, decode_small_run, scan_small_run
 from ..errors import CorruptLogError, MissingSegmentError, NotALogError
 from . import filenames
+from .durable import check_durable_length, durable_size, unsynced_from
 from .fsio import FileSystem
-from .head import Head, read_log_head, read_sync_point
+from .head import Head, read_log_head
 
 HEADER_SIZE = FILE_HEADER.size
 READ_CHUNK = 4 << 20
@@ -171,16 +172,29 @@ def judge_damage(
 ) -> Damage:
     """The one rule of tail tolerance (the module docstring), for invalid bytes at ``pos``
     of ``buf[:end]`` in a segment: they are a **torn tail** (the end of the data, no error)
-    only in the ``newest`` segment, and only when no valid batch follows them or they lie
-    at or past its sync point ``unsynced`` (:func:`unsynced_from`: a power loss may have
-    kept later unsynced writes and lost earlier ones, so what follows counts for nothing).
-    Anything else is corruption. Every reader of segment bytes asks here: the
-    :class:`SegmentReader` (``read``, ``read_batches``, subscribers, tables), the validating
-    scans (:func:`walk`, :func:`scan_segment`, hence the writers' tail recovery in
-    ``tail.py``) and ``verify`` (``invariants.py``)."""
+    only in the ``newest`` segment, and there only at or past its durable point
+    ``unsynced`` (``durable.unsynced_from``: a power loss may have kept later unsynced writes
+    and lost earlier ones, so what follows counts for nothing), or, where no durable point
+    can exist (``None``: no writer ever opened the directory), when no valid batch follows.
+    Below the durable point they are damage, whatever follows. Anything else is corruption.
+    Every reader of segment bytes asks here: the :class:`SegmentReader` (``read``,
+    ``read_batches``, subscribers, tables), the validating scans (:func:`walk`,
+    :func:`scan_segment`, hence the writers' tail recovery in ``tail.py``) and ``verify``
+    (``invariants.py``)."""
     past_sync_point = unsynced is not None and pos >= unsynced
     resume = None if past_sync_point else find_next_valid_batch(buf, pos, end)
-    return Damage(pos, resume, reason, newest and resume is None)
+    torn = past_sync_point or (unsynced is None and resume is None)
+    return Damage(pos, resume, reason, newest and torn)
+
+
+def damage_detail(damage: Damage, *, newest: bool, origin: int = 0) -> str:
+    """What follows a damaged region, for the message of its :class:`CorruptLogError`
+    (``origin``: the file position of the buffer judged)."""
+    if damage.resume is not None:
+        return f"; valid data follows at byte {origin + damage.resume}"
+    if newest:
+        return " below the durable point (damage, not a torn tail)"
+    return " in a closed segment"
 
 
 def walk(
@@ -254,7 +268,7 @@ def scan_segment(
         if isinstance(header, Damage):
             if not header.torn_tail:
                 raise CorruptLogError(
-                    f"{header.reason}; valid data follows at byte {origin + header.resume}",
+                    header.reason + damage_detail(header, newest=True, origin=origin),
                     path=path,
                     position=origin + pos,
                 )
@@ -420,6 +434,7 @@ class SegmentReader:
         # a closed segment is mapped (no copy; for a scan that goes once through it); a
         # subscriber, which goes a poll at a time, reads it in chunks like the newest one
         self.mapped = mapped
+        self._vouched = False  # the last head read was trusted (``head.read_published_head``)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -535,6 +550,11 @@ class SegmentReader:
             pos += cursor
             if pos >= size:
                 size = self.readable_size()
+        if self.last_segment and not self.empty and not self._vouched:
+            # the data ended with no invalid batch, and no trusted head says where: were
+            # bytes made durable past it (missing bytes are damage, durable.py)?
+            durable = durable_size(self.directory, self.base)
+            check_durable_length(self.path, os.fstat(self.fd).st_size, durable)
 
     def readable_size(self) -> int:
         """Where the data ends: the file's size, for the newest segment bounded by the
@@ -544,6 +564,7 @@ class SegmentReader:
         size = os.fstat(self.fd).st_size
         if self.last_segment:
             head = read_log_head(self.directory) if self._read_head is None else self._read_head()
+            self._vouched = head is not None  # (a live writer's head, or a clean close's)
             return bound_by_head(size, self.base, head)
         return size
 
@@ -581,35 +602,18 @@ class SegmentReader:
         )
         if damage.torn_tail:
             return
-        detail = (
-            f"; valid data follows at byte {damage.resume}"
-            if damage.resume is not None
-            else " in a closed segment"
-        )
+        detail = damage_detail(damage, newest=self.last_segment)
         raise CorruptLogError(reason + detail, path=self.path, position=pos)
 
 
-def unsynced_header(header: bytes, unsynced_from: int) -> bool:
+def unsynced_header(header: bytes, unsynced_from: int | None) -> bool:
     """Whether a newest segment's first bytes are a file header not written yet: missing or
     cut short (a roll between creating the file and writing its header), or, when nothing
-    of the file is known to be on disk (``unsynced_from`` 0, see :func:`unsynced_from`),
+    of the file is known to be on disk (``unsynced_from`` 0, see ``durable.unsynced_from``),
     anything without the segment magic (a power loss kept the file but not its header)."""
     if len(header) < HEADER_SIZE and header == SEGMENT_FILE_HEADER[: len(header)]:
         return True
     return unsynced_from == 0 and header[: len(SEGMENT_MAGIC)] != SEGMENT_MAGIC
-
-
-def unsynced_from(directory: str, base: int) -> int:
-    """The byte of the newest segment ``base`` from which nothing is known to be on disk
-    (the sync point in ``.lock``; 0 when it holds none, everything when there is no
-    ``.lock``, which every writer creates before anything else)."""
-    if not os.path.exists(os.path.join(directory, filenames.WRITER_LOCK)):
-        return 1 << 62  # no writer ever opened this directory: no power loss to allow for
-    point = read_sync_point(directory)
-    if point is None:
-        return 0
-    end = point.durable_end(base)
-    return 1 << 62 if end is None else end
 
 
 def new_segment_bytes() -> bytes:

@@ -31,6 +31,7 @@ from ..encoding.format import (
 )
 from ..errors import MissingSegmentError
 from . import filenames
+from .durable import check_durable_length
 from .fsio import FileSystem
 from .head import Head
 from .segment import (
@@ -149,6 +150,8 @@ def open_newest_tail(
         data = read_all(fd, start, size - start)
         tolerate = None if cut_from is None else max(cut_from - start, 0)
         result = scan_segment(path, data, 0, origin=start, tolerate_from=tolerate)
+    if cut_from is not None:  # (recovery: bytes below the durable point are never cut)
+        check_durable_length(path, size, cut_from)
     valid_end = start + result.valid_end
     if result.torn_bytes:
         fs.truncate(fd, valid_end)

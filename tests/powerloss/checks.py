@@ -1,7 +1,10 @@
 """The checks every crash state must pass, and the failures they report.
 
-A state is copied twice to fresh directories and opened, without ``repair``, once
-read-only and once writable. On each:
+A state is copied twice to fresh directories and opened, without ``repair``. The first copy
+is opened read-only twice, before any writable open: under the boot id that stored its
+``.lock`` (data lost under a running machine: a FUSE daemon that died, an NFS server with
+async exports that restarted) and under another (a power loss is a reboot); neither may
+change a file. The second is opened writable, then read-only again. On each:
 
 1. the open succeeds (any exception, ``NotALogError``, ``CorruptLogError``,
    ``MissingSegmentError`` or other, is a failure; only a brand-new log with nothing
@@ -10,12 +13,15 @@ read-only and once writable. On each:
    k >= the number acknowledged: no garbage, no holes, no reordering (``prefix``); after
    retention, a contiguous run of them ending at or past the acknowledged ones
    (``suffix``); after compaction, records written, in offset order, including the latest
-   acknowledged record of every key (``latest``, Kafka's guarantee);
+   acknowledged record of every key (``latest``, Kafka's guarantee); the end offset is
+   at least the acknowledged end;
 3. every durable subscriber checkpoint is at most the log's end offset, and at least
    the offset of the subscriber's last returned ``commit()`` (or the acknowledged end,
    if that is lower: a commit of records that were never acknowledged may be taken back);
 4. every snapshot whose ``snapshot()`` returned opens and holds its records;
-5. (writable) a new append gets offset == end offset and reads back.
+5. (writable) a new append gets offset == end offset and reads back;
+6. (the first read-only view) a subscriber polling from the log start sees what
+   ``read()`` sees.
 """
 
 from __future__ import annotations
@@ -58,28 +64,73 @@ class CheckFailed(Exception):
 
 
 def check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
-    """Every failure of ``state`` given what was promised when power was lost."""
-    with rebooted():  # the power loss: heads stored before it are stale
-        return _check_state(state, promise, workload)
-
-
-def _check_state(state: CrashState, promise: Promise, workload: Workload) -> list[Failure]:
+    """Every failure of ``state`` given what was promised when power was lost: read-only
+    views before any writable open, with the boot id unchanged (the data was lost under a
+    running machine: a FUSE daemon that died, an NFS server that restarted) and changed (a
+    power loss is a reboot); then a writable open, and a read-only view after it."""
     failures: list[Failure] = []
     with _copy(state) as root:
+        before = _tree(root)
         failures += _run(
-            "read-only", root, lambda found: _check_read_only(root, promise, workload, found)
+            "read-only, same boot",
+            root,
+            lambda found: _check_read_only(root, promise, workload, found, views=True),
         )
-        for path, start, end in promise.snapshots:
-            failures += _run(
-                f"snapshot {path}",
-                root,
-                lambda found, p=path, s=start, e=end: _check_snapshot(
-                    os.path.join(root, p), promise, s, e
-                ),
-            )
-    with _copy(state) as root:
+        with rebooted():  # the power loss: heads stored before it are stale
+            failures += _check_rebooted(root, promise, workload)
+        if _tree(root) != before:
+            failures.append(Failure("read-only", "a read-only view changed files", "changed"))
+    with rebooted(), _copy(state) as root:
+        recovered: list[Read] = []
         failures += _run(
-            "writable", root, lambda found: _check_writable(root, promise, workload, found)
+            "writable",
+            root,
+            lambda found: _check_writable(root, promise, workload, found, recovered),
+        )
+        if recovered:
+            failures += _run(
+                "read-only after recovery",
+                root,
+                lambda found: _check_after_recovery(root, recovered[0], found),
+            )
+    return failures
+
+
+def _check_after_recovery(root: str, recovered: Read, found: list[CheckFailed]) -> None:
+    """A read-only view after the writable open closed reads what that open had (the
+    records it recovered and the probe it appended)."""
+    with compactlog.open(os.path.join(root, LOG), read_only=True, create=False) as log:
+        got = [(r.offset, r.key, r.value) for r in log.read()]
+        if got != recovered:
+            raise CheckFailed(
+                "a read-only view after recovery differs from the writable open",
+                f"it reads offsets {_offsets(got)}, the writable open {_offsets(recovered)}",
+            )
+
+
+def _tree(root: str) -> dict[str, bytes]:
+    """Every file under ``root`` and its bytes."""
+    files = {}
+    for directory, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as handle:
+                files[path] = handle.read()
+    return files
+
+
+def _check_rebooted(root: str, promise: Promise, workload: Workload) -> list[Failure]:
+    """The read-only view and every returned snapshot, after a reboot."""
+    failures = _run(
+        "read-only", root, lambda found: _check_read_only(root, promise, workload, found)
+    )
+    for path, start, end in promise.snapshots:
+        failures += _run(
+            f"snapshot {path}",
+            root,
+            lambda found, p=path, s=start, e=end: _check_snapshot(
+                os.path.join(root, p), promise, s, e
+            ),
         )
     return failures
 
@@ -142,17 +193,30 @@ def _no_log_yet(root: str, promise: Promise, workload: Workload) -> bool:
 
 
 def _check_read_only(
-    root: str, promise: Promise, workload: Workload, found: list[CheckFailed]
+    root: str,
+    promise: Promise,
+    workload: Workload,
+    found: list[CheckFailed],
+    *,
+    views: bool = False,
 ) -> None:
     if _no_log_yet(root, promise, workload):
         return
     with compactlog.open(os.path.join(root, LOG), read_only=True, create=False) as log:
-        _check_log(log, promise, workload, found)
+        got = _check_log(log, promise, workload, found)
+        if views:
+            _check_views(log, got, found)
 
 
 def _check_writable(
-    root: str, promise: Promise, workload: Workload, found: list[CheckFailed]
+    root: str,
+    promise: Promise,
+    workload: Workload,
+    found: list[CheckFailed],
+    recovered: list[Read] | None = None,
 ) -> None:
+    """The writable open's checks; into ``recovered``, what it reads once they pass (the
+    records recovered and the probe appended)."""
     create = _no_log_yet(root, promise, workload)
     with compactlog.open(os.path.join(root, LOG), create=create) as log:
         _check_log(log, promise, workload, found)
@@ -175,13 +239,15 @@ def _check_writable(
         except LogCheckError as error:
             lines = "; ".join(p.line() for p in error.problems)
             raise CheckFailed("an invariant does not hold after recovery", lines) from None
+        if recovered is not None:
+            recovered.append([(r.offset, r.key, r.value) for r in log.read()])
 
 
 def _check_log(
     log: compactlog.Log, promise: Promise, workload: Workload, found: list[CheckFailed]
-) -> None:
+) -> Read:
     """Records (by the workload's rule), end offset, subscriber checkpoints: every problem
-    into ``found``."""
+    into ``found``; returns the records read."""
     got = [(r.offset, r.key, r.value) for r in log.read()]
     end = log.end_offset
     rule = RULES[workload.rule]
@@ -219,6 +285,25 @@ def _check_log(
                     f"subscriber {name!r} committed {offset}, the log has {durable.get(name)}",
                 )
             )
+    return got
+
+
+def _check_views(log: compactlog.Log, got: Read, found: list[CheckFailed]) -> None:
+    """A reader with a path of its own sees what ``read()`` saw (``got``, which
+    ``_check_log`` judged): a subscriber polling from the log start (its own segment
+    reader and head; ``read_arrow``, ``latest`` and tables share ``read()``'s)."""
+    subscriber = log.subscribe("~views", start=log.start_offset)
+    polled: Read = []
+    while batch := subscriber.poll(max_records=1000):
+        polled += [(r.offset, r.key, r.value) for r in batch]
+    subscriber.close()
+    if polled != got:
+        found.append(
+            CheckFailed(
+                "a subscriber differs from read()",
+                f"a subscriber reads offsets {_offsets(polled)}, read() {_offsets(got)}",
+            )
+        )
 
 
 def _check_prefix(got: Read, promise: Promise) -> None:
