@@ -284,6 +284,7 @@ __all__ = [
     "fsync_directory",
     "index_file_name",
     "index_interval",
+    "list_segments",
     "log_id",
     "read_all",
     "segment_file_name",

@@ -1,0 +1,167 @@
+"""A replica followed by a ``Table``: a hypothesis state machine in which the source log is
+appended to and compacted, the archiver pushes and prunes, the follower applies manifests
+(also in the middle of a table's poll, between the end offset it reads and the segments it
+reads), and the table keeps up; checked against a latest-per-key model."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import compactlog
+from compactlog.archive import follow as follow_module
+from compactlog.archive import open_store
+from compactlog.archive.follow import Follower
+from compactlog.archive.prune import prune
+from compactlog.archive.push import Archiver
+
+from .helpers import Model, new_log, state_of
+
+
+class _EndThenApply:
+    """A subscriber's view of its log whose ``end_offset`` runs ``apply`` once right after
+    it is read: the follower applying a manifest in the middle of a table's poll."""
+
+    def __init__(self, log: Any, apply: Any) -> None:
+        self._log = log
+        self._apply = apply
+
+    @property
+    def end_offset(self) -> int:
+        end = self._log.end_offset
+        apply, self._apply = self._apply, None
+        if apply is not None:
+            apply()
+        return end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+class SteppedFollower(Follower):
+    """A follower that calls ``during()`` after each segment it writes or removes."""
+
+    during: Any = None
+
+    def _write(self, *args: Any) -> None:
+        super()._write(*args)
+        if self.during is not None:
+            self.during()
+
+
+class ReplicaMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="replica-machine-"))
+        self.store = open_store(f"memory://{uuid.uuid4().hex[:12]}")
+        self.log = new_log(self.root / "source", segment_bytes=2048)
+        self.reader = compactlog.open(self.root / "source", read_only=True)
+        self.archiver = Archiver(self.reader, self.store)
+        self.archiver.start()
+        self.model = Model()
+        self.model.append(self.log, random.Random(0), 20, keys=25)
+        self.archiver.push()
+        self.replica = self.root / "replica"
+        self.follower = SteppedFollower(self.store, str(self.replica))
+        self.follower.step()
+        self.table = compactlog.Table(self.replica, follow=False, raw=True)
+
+    @rule(count=st.sampled_from([1, 5, 40, 150]), seed=st.integers(0, 2**16))
+    def append(self, count, seed):
+        self.model.append(self.log, random.Random(seed), count, keys=25)
+
+    @rule()
+    def compact(self):
+        self.log.compact(force=True)
+
+    @rule(seed=st.integers(0, 2**16))
+    def append_compact_push(self, seed):
+        self.append(40, seed)
+        self.compact()
+        self.push()
+
+    @rule()
+    def push(self):
+        self.archiver.push()
+
+    @rule()
+    def prune(self):
+        prune(self.store, 0, orphan_grace_ms=0)
+
+    @rule()
+    def follow(self):
+        self.follower.step()
+
+    @rule()
+    def table_catches_up(self):
+        self.table.refresh()
+        assert self.table.offset == self.follower.applied.end_offset
+        assert dict(self.table.items()) == self.model.state(self.table.offset)
+
+    @rule()
+    def table_polls_while_the_follower_applies(self):
+        part = self.table._parts[0]
+        subscriber = part.subscriber
+        log = subscriber.log
+        subscriber.log = _EndThenApply(log, self.follower.step)
+        try:
+            part.poll(0)
+        finally:
+            subscriber.log = log
+
+    @rule()
+    def table_polls_at_every_step_of_an_apply(self):
+        part = self.table._parts[0]
+        remove = follow_module._remove
+
+        def removed(path: str) -> None:
+            remove(path)
+            part.poll(0)
+
+        self.follower.during = lambda: part.poll(0)
+        follow_module._remove = removed
+        try:
+            self.follower.step()
+        finally:
+            follow_module._remove = remove
+            self.follower.during = None
+
+    @invariant()
+    def the_replica_holds_a_manifest_state(self):
+        applied = self.follower.applied
+        assert applied is not None
+        assert state_of(self.replica) == self.model.state(applied.end_offset)
+
+    @invariant()
+    def the_table_reports_no_offset_past_the_replica(self):
+        assert self.table.offset <= self.follower.applied.end_offset
+
+    def teardown(self):
+        try:
+            self.table_catches_up()
+        finally:
+            self._close()
+
+    def _close(self):
+        self.table.close()
+        self.archiver.stop()
+        self.reader.close()
+        self.log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+TestReplicaMachine = ReplicaMachine.TestCase
+TestReplicaMachine.settings = settings(
+    max_examples=10,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
