@@ -12,7 +12,9 @@ import os
 
 from .engine.recovery import RepairReport
 from .engine.recovery import repair as _repair_files
+from .errors import ReadOnlyLogError
 from .log import Log
+from .storage.state_files import REPLICA_ADVICE, replica_of
 
 
 def _open_time_passes(directory: str) -> list[str]:
@@ -23,8 +25,15 @@ def _open_time_passes(directory: str) -> list[str]:
 def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
-    Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    Stop writers first (the writers' lock is taken, so concurrent appends wait). An
+    archive replica is refused (:class:`ReadOnlyLogError`): its follower alone writes it,
+    from the archive.
     """
+    replica = replica_of(os.fspath(path))
+    if replica is not None:
+        raise ReadOnlyLogError(
+            f"is a replica of {replica.get('url')}; {REPLICA_ADVICE}", path=os.fspath(path)
+        )
     return _repair_files(path, dry_run=dry_run, open_passes=_open_time_passes)
 
 

@@ -26,7 +26,7 @@ from .pins import Pin
 from .restore import PART_SUFFIX, fetch_object, restore
 from .store import Store, now_ms
 
-STATE = ".archive-follow.json"  # which manifest the replica holds
+STATE = local.REPLICA_STATE  # which manifest the replica holds
 WRITER_FILES = (".lock", "clean_shutdown", ".writers.lock")
 
 
@@ -89,8 +89,9 @@ class Follower:
                 except ArchiveError:
                     target = None  # pruned under us: the next step takes the newer one
                 if target is not None:
-                    self._apply(self.applied, target)
-                    self._save(target.sequence)
+                    with local.replica_lock(self.target):
+                        self._apply(self.applied, target)
+                        self._save(target.sequence)
                     self.applied = target
                     changed = True
         return FollowStatus(

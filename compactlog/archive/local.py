@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,8 @@ LOG_ID_FILE = "archive.id"  # this log's identity for its archive (docs/archive.
 SEGMENT_HEADER_SIZE = HEADER_SIZE
 META_FILE = filenames.META
 CLEANER_FILE = filenames.CLEANER_CHECKPOINT
+REPLICA_STATE = filenames.REPLICA_STATE
+REPLICA_LOCK = filenames.REPLICA_LOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +271,13 @@ def index_file_name(base: int) -> str:
     return filenames.index_name(base)
 
 
+def replica_lock(directory: str) -> AbstractContextManager[None]:
+    """Held while the follower applies a manifest (``state_files.replica_lock``)."""
+    from ..storage.state_files import replica_lock as lock
+
+    return lock(directory, shared=False)
+
+
 def fsync_directory(directory: str) -> None:
     from ..storage.fsio import fsync_dir
 
@@ -311,6 +320,7 @@ __all__ = [
     "log_id",
     "parent_of",
     "read_all",
+    "replica_lock",
     "segment_file_name",
     "write_offset_floor",
     "write_parent",

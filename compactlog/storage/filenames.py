@@ -20,6 +20,8 @@ nothing else in the project spells these names out.
 ``clean_shutdown``      present only between a clean close and the next open
 ``<name>.<pid>.<n>.tmp`` a small-file write in progress: removed on open
 ``snapshot.json``       manifest of a snapshot (a read-only copy of a log; ``snapshot.py``)
+``.archive-follow.json`` a replica's state: the archive it follows, the manifest it holds
+``.archive-follow.lock`` held (``flock``) by a replica's follower while it applies a manifest
 ======================  ===========================================================
 """
 
@@ -38,6 +40,8 @@ TEMP_SUFFIX = ".tmp"
 META = "meta"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 SWAP_INTENT = "cleaner.swap"
+REPLICA_STATE = ".archive-follow.json"  # present only in a replica (archive/follow.py)
+REPLICA_LOCK = ".archive-follow.lock"
 SNAPSHOT_MANIFEST = "snapshot.json"
 PRECOMMIT = "pre_commit"
 WRITER_LOCK = ".lock"

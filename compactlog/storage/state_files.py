@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,3 +204,39 @@ def read_cleaner_state(directory: str) -> CleanerState:
 
 def write_cleaner_state(fs: FileSystem, directory: str, state: CleanerState) -> None:
     fs.write_atomic(directory, filenames.CLEANER_CHECKPOINT, state.to_json())
+
+
+def replica_of(directory: str) -> dict[str, Any] | None:
+    """The state of the replica ``directory`` is (``url``: the archive it follows,
+    ``sequence``: the manifest it holds), or ``None`` when it is no replica. A replica is
+    kept by ``compactlog archive follow`` alone: no writer, no repair (docs/archive.md)."""
+    try:
+        with open(os.path.join(directory, filenames.REPLICA_STATE), "rb") as handle:
+            document = json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"url": None, "sequence": None}
+    return document if isinstance(document, dict) else {"url": None, "sequence": None}
+
+
+REPLICA_ADVICE = (
+    "a replica is repaired by its archive, not by `compactlog repair`: stop `compactlog "
+    "archive follow`, remove the directory and follow again (or `compactlog archive "
+    "restore` it)"
+)
+
+
+@contextmanager
+def replica_lock(directory: str, *, shared: bool) -> Iterator[None]:
+    """The replica's ``flock`` (``.archive-follow.lock``): the follower holds it exclusively
+    while it applies a manifest, ``compactlog verify`` shared, so that it never checks a
+    half-applied replica (a merged rewrite beside the segment it replaces looks like an
+    overlap)."""
+    from .lockfile import lock, release
+
+    fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, shared=shared)
+    try:
+        yield
+    finally:
+        release(fd)

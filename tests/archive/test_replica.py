@@ -23,6 +23,7 @@ from compactlog.archive.follow import Follower
 from compactlog.archive.prune import prune
 from compactlog.archive.push import Archiver
 
+from ..test_cli import run
 from .helpers import Model, new_log, state_of
 
 
@@ -165,3 +166,27 @@ TestReplicaMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_a_replica_passes_verify_and_repair_refuses_it(tmp_path):
+    """``compactlog verify`` checks a replica as a replica (indexes are optional: nothing
+    rebuilds them there) and ``compactlog repair`` says what to do instead."""
+    url = f"file://{tmp_path}/archive"
+    log = new_log(tmp_path / "source", segment_bytes=2048)
+    model = Model()
+    rng = random.Random(3)
+    model.append(log, rng, 100)
+    run("archive", "push", tmp_path / "source", url)
+    run("archive", "follow", url, tmp_path / "replica", "--once")
+    for _ in range(3):
+        model.append(log, rng, 100)
+        log.compact(force=True)
+    log.close()
+    run("archive", "push", tmp_path / "source", url)
+    run("archive", "follow", url, tmp_path / "replica", "--once")
+    assert state_of(tmp_path / "replica") == model.state()
+    verified = run("verify", tmp_path / "replica")
+    assert "OK" in verified.stdout and "a replica of file://" in verified.stdout
+    refused = run("repair", tmp_path / "replica", check=1)
+    assert "is a replica of file://" in refused.stderr
+    assert "follow again" in refused.stderr and "Traceback" not in refused.stderr
