@@ -21,10 +21,9 @@ from compactlog.archive import follow as follow_module
 from compactlog.archive import open_store
 from compactlog.archive.follow import Follower
 from compactlog.archive.prune import prune
-from compactlog.archive.push import Archiver
 
 from ..test_cli import run
-from .helpers import Model, new_log, state_of
+from .helpers import ArchivedSource, Model, new_log, state_of
 
 
 class _EndThenApply:
@@ -63,10 +62,8 @@ class ReplicaMachine(RuleBasedStateMachine):
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="replica-machine-"))
         self.store = open_store(f"memory://{uuid.uuid4().hex[:12]}")
-        self.log = new_log(self.root / "source", segment_bytes=2048)
-        self.reader = compactlog.open(self.root / "source", read_only=True)
-        self.archiver = Archiver(self.reader, self.store)
-        self.archiver.start()
+        self.source = ArchivedSource(self.root / "source", self.store)
+        self.log, self.archiver = self.source.log, self.source.archiver
         self.model = Model()
         self.model.append(self.log, random.Random(0), 20, keys=25)
         self.archiver.push()
@@ -153,9 +150,7 @@ class ReplicaMachine(RuleBasedStateMachine):
 
     def _close(self):
         self.table.close()
-        self.archiver.stop()
-        self.reader.close()
-        self.log.close()
+        self.source.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
