@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,9 @@ from compactlog.archive import follow as follow_module
 from compactlog.archive import open_store
 from compactlog.archive.follow import Follower
 from compactlog.archive.prune import prune
+from compactlog.storage.state_files import replica_lock
 
-from ..test_cli import run
+from ..test_cli import SCRIPT, run
 from .helpers import ArchivedSource, Model, new_log, state_of
 
 
@@ -185,3 +188,28 @@ def test_a_replica_passes_verify_and_repair_refuses_it(tmp_path):
     refused = run("repair", tmp_path / "replica", check=1)
     assert "is a replica of file://" in refused.stderr
     assert "follow again" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_verify_waits_for_the_follower_to_finish_applying(tmp_path):
+    """While the follower applies a manifest (holding ``.archive-follow.lock``), a merged
+    rewrite may stand beside the segment it replaces: verify waits instead of reporting
+    an overlap."""
+    url = f"file://{tmp_path}/archive"
+    log = new_log(tmp_path / "source", segment_bytes=2048)
+    Model().append(log, random.Random(4), 150)
+    log.close()
+    run("archive", "push", tmp_path / "source", url)
+    replica = tmp_path / "replica"
+    run("archive", "follow", url, replica, "--once")
+    second = sorted(p for p in replica.iterdir() if p.suffix == ".log")[1]
+    beside = replica / f"{int(second.stem) + 1:020d}.log"  # overlapping, as mid-apply
+    with replica_lock(str(replica), shared=False):
+        shutil.copy(second, beside)
+        verifying = subprocess.Popen(
+            [SCRIPT, "verify", str(replica)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(0.5)
+        assert verifying.poll() is None  # waiting for the lock
+        beside.unlink()
+    out, _ = verifying.communicate(timeout=60)
+    assert verifying.returncode == 0 and "overlaps" not in out
