@@ -8,9 +8,11 @@ hand (a hand-kept list once shipped a wheel without `compactlog.compaction`).
 Everything else about the distribution lives in `pyproject.toml`.
 """
 
+import shutil
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
 
@@ -37,5 +39,31 @@ def discover_packages() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
+class BuildPyWithSparkEntry(build_py):
+    """``build_py`` that also puts a real file of each ``pyspark_*`` module in an editable
+    install.
+
+    PySpark finds Python data sources with ``pkgutil.iter_modules()``, which lists the files
+    of ``sys.path`` entries only; an editable install maps its top-level names through a
+    meta-path finder that no such listing sees, so ``format("compactlog")`` was found only
+    from the checkout's root. A wheel puts ``pyspark_compactlog.py`` in site-packages; this
+    does the same for an editable wheel (setuptools points ``install_lib`` at the editable
+    wheel's root while it builds one). The module is a one-line import of
+    ``compactlog.spark.source``, so the copy never goes stale with edits to the package.
+    """
+
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode:
+            root = Path(self.get_finalized_command("install").install_lib)
+            for module in TOP_LEVEL_MODULES:
+                shutil.copyfile(HERE / f"{module}.py", root / f"{module}.py")
+
+
 packages, package_dir = discover_packages()
-setup(packages=packages, package_dir=package_dir, py_modules=TOP_LEVEL_MODULES)
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    py_modules=TOP_LEVEL_MODULES,
+    cmdclass={"build_py": BuildPyWithSparkEntry},
+)

@@ -15,8 +15,7 @@ from .common import (
     path_argument,
 )
 from .output import CliError, emit_json, human_bytes, print_fields, to_plain
-from .progress import MODES as PROGRESS_MODES
-from .progress import ProgressDisplay, resolve_mode
+from .progress import ProgressDisplay, progress_option, resolve_mode
 
 
 @click.command()
@@ -27,15 +26,7 @@ from .progress import ProgressDisplay, resolve_mode
     help="Clean only if the dirty ratio or max_compaction_lag_ms says so (the cleaner "
     "service's rule); by default the pass runs now.",
 )
-@click.option(
-    "--progress",
-    "progress_mode",
-    type=click.Choice(PROGRESS_MODES),
-    default="auto",
-    show_default=True,
-    help="How to show progress, on stderr: a bar (bytes, rate, ETA), plain lines, one JSON "
-    "object per event, or none. auto: a bar on a terminal, lines otherwise, none with --json.",
-)
+@progress_option("bytes, rate, ETA")
 @no_longer_needed_force_option
 @json_option
 def compact(path: str, if_due: bool, progress_mode: str, force: bool, as_json: bool) -> None:

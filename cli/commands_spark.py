@@ -7,6 +7,7 @@ import click
 
 from .common import json_option, log_dir, path_argument
 from .output import emit_json, human_bytes, human_count, print_fields
+from .progress import ProgressDisplay, phase_lines, progress_option, resolve_mode
 
 
 @click.command()
@@ -95,6 +96,7 @@ def snapshot(path: str, dest: str, as_json: bool) -> int:
 @click.option(
     "--partitions", type=click.IntRange(min=1), help="Spark read partitions (default: auto)."
 )
+@progress_option("the Arrow engine's records read of the snapshot, ETA; Spark shows its own")
 @json_option
 def restore(
     path: str,
@@ -107,6 +109,7 @@ def restore(
     engine: str,
     master: str | None,
     partitions: int | None,
+    progress_mode: str,
     as_json: bool,
 ) -> int:
     """Rebuild the latest value of every key of PATH as a table, with Arrow or Spark.
@@ -147,19 +150,22 @@ def restore(
         raise click.UsageError("--value-format json needs --schema DDL")
     if problem == "format":
         raise click.UsageError("--schema needs --value-format json")
-    result = run_restore(
-        path if is_archive_url(path) else log_dir(path),
-        output,
-        format=fmt,
-        as_of=as_of,
-        value_format=value_format,
-        value_schema=value_schema,
-        master=master,
-        partitions=partitions,
-        allow_inexact=allow_inexact,
-        progress=None if not as_json else False,
-        engine=engine,
-    )
+    mode = resolve_mode(progress_mode, as_json)
+    with ProgressDisplay(mode, unit="records") as display, phase_lines(mode, "compactlog.restore"):
+        result = run_restore(
+            path if is_archive_url(path) else log_dir(path),
+            output,
+            format=fmt,
+            as_of=as_of,
+            value_format=value_format,
+            value_schema=value_schema,
+            master=master,
+            partitions=partitions,
+            allow_inexact=allow_inexact,
+            progress=mode == "bar",
+            engine=engine,
+            on_progress=None if mode == "none" else display,
+        )
     if as_json:
         emit_json(result.to_json())
         return 0

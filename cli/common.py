@@ -56,10 +56,14 @@ def force_option(func: F) -> F:
 
 def no_longer_needed_force_option(func: F) -> F:
     """``--force`` on commands that no longer refuse anything: accepted (scripts written
-    for older versions keep working), hidden, and without effect."""
-    return click.option("--force", is_flag=True, hidden=True, help="No effect (kept for scripts).")(
-        func
-    )
+    for older versions keep working) and without effect; listed, so that ``--help`` and
+    docs/cli.md say the same."""
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="No effect: this command runs beside live writers without it (accepted so that "
+        "scripts written for older versions keep working).",
+    )(func)
 
 
 def encoding_option(func: F) -> F:
@@ -85,9 +89,15 @@ def raw_option(func: F) -> F:
 # -- paths and opening ---------------------------------------------------------------------
 
 
+# the log directory this command works on, once ``log_dir`` resolved it: the line of a
+# command that Ctrl-C interrupts names it (``main.py``)
+WORKING_ON: list[str] = []
+
+
 def log_dir(path: str) -> str:
     """``path`` as an absolute directory that holds a log, or exit 2 saying why not."""
     directory = os.path.abspath(path)
+    WORKING_ON.append(directory)
     if not os.path.exists(directory):
         raise UsageProblem("no such log directory", path=directory)
     if not os.path.isdir(directory):

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .output import EXIT_PROBLEM, EXIT_USAGE, CliError, error_line
+from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, CliError, error_line
 
 # name -> "module:attribute"; a module per command group.
 COMMANDS: dict[str, str] = {
@@ -83,6 +83,19 @@ def cli() -> None:
     """
 
 
+def _interrupted() -> str:
+    """The line of a command Ctrl-C (SIGINT) stopped: the log it worked on, and why that
+    is safe (every change the library makes is crash-safe, and a stop part-way is no worse
+    than a crash)."""
+    from .common import WORKING_ON
+
+    where = f"{WORKING_ON[-1]}: " if WORKING_ON else ""
+    return (
+        f"{where}interrupted by Ctrl-C (SIGINT) before the command finished; the log is "
+        "safe: it recovers as from a crash, losing nothing acknowledged"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI, turn every failure into one line and an exit code."""
     try:
@@ -97,11 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as error:
         error.show()
         sys.exit(error.exit_code)
-    except click.exceptions.Abort:
-        error_line("aborted")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # (click turns Ctrl-C into Abort)
+        error_line(_interrupted())
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         _quiet_broken_pipe()
         sys.exit(0)

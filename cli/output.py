@@ -21,6 +21,7 @@ import click
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 ENCODINGS = ("text", "hex", "base64")
 

@@ -107,23 +107,28 @@ class LogConfig:
     # -- derived -------------------------------------------------------------------------
     @property
     def compacted(self) -> bool:
+        """Whether the cleanup policy keeps the latest record per key (``"compact"`` in it)."""
         return "compact" in self.cleanup_policy
 
     @property
     def deletes_by_retention(self) -> bool:
+        """Whether old segments are deleted by time or size (``"delete"`` in the policy)."""
         return "delete" in self.cleanup_policy
 
     @property
     def deletes_when_consumed(self) -> bool:
+        """Whether segments every durable subscriber has read are deleted (``"consumed"``)."""
         return self.cleanup_policy == "consumed"
 
     # -- construction --------------------------------------------------------------------
     @classmethod
     def names(cls) -> tuple[str, ...]:
+        """The setting names, in the order of the fields."""
         return tuple(f.name for f in fields(cls))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> LogConfig:
+        """The defaults with ``values`` applied, validated (``ConfigError`` naming the setting)."""
         return cls().merged(values)
 
     def merged(self, changes: Mapping[str, Any]) -> LogConfig:
@@ -139,10 +144,12 @@ class LogConfig:
         return config
 
     def to_dict(self) -> dict[str, Any]:
+        """``{name: value}`` of every setting (what ``meta`` stores)."""
         return asdict(self)
 
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
+        """Raise :class:`~compactlog.errors.ConfigError` naming the first impossible value."""
         _int("segment_bytes", self.segment_bytes, minimum=KIB, maximum=2 << 30)
         _int("segment_ms", self.segment_ms, minimum=1, optional=True)
         _int("index_interval_bytes", self.index_interval_bytes, minimum=1)

@@ -56,6 +56,7 @@ from .storage.head import (
     release_writer,
 )
 from .storage.log_identity import new_log_id
+from .storage.logdirs import absolute_directory, wait_for_log
 from .storage.segment import TimestampCache, list_segments, segment_data_size
 from .storage.state_files import Meta, add_log_id, list_checkpoints, read_meta, write_meta
 
@@ -67,9 +68,6 @@ if TYPE_CHECKING:  # imported where used: they pull in modules an open need not 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-WAIT_POLL_S = (0.01, 0.25)  # wait=: first and longest pause between looks for ``meta``
 
 
 class Log(LogAppends):
@@ -122,7 +120,7 @@ class Log(LogAppends):
         _fs: FileSystem | None = None,
         **config: Any,
     ) -> None:
-        self.directory = os.path.abspath(os.fspath(path))
+        self.directory = absolute_directory(path)
         self._raw = raw
         self._conversions = {
             "key_serializer": key_serializer,
@@ -140,7 +138,7 @@ class Log(LogAppends):
                 path=self.directory,
             )
         if wait is not False:
-            _wait_for_log(self.directory, wait, create=create, read_only=read_only)
+            wait_for_log(self.directory, wait, create=create, read_only=read_only)
         self.exclusive = exclusive
         self._update_config = update_config
         self._live_writers = ""  # who else writes, when update_config must know (see below)
@@ -196,6 +194,13 @@ class Log(LogAppends):
         """
         if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
             raise NotALogError("not a directory, so not a compactlog log", path=self.directory)
+        if not os.path.exists(os.path.join(self.directory, filenames.META)):
+            # an open that may create the log checks its settings before it makes the
+            # directory or a lock file: a ConfigError changes nothing
+            try:
+                LogConfig.from_mapping(config)
+            except ConfigError as error:
+                raise ConfigError(str(error), path=self.directory) from None
         if not os.path.isdir(self.directory):
             if not create or self.read_only:
                 raise NotALogError("no such log directory", path=self.directory)
@@ -348,6 +353,7 @@ class Log(LogAppends):
 
     @property
     def path(self) -> str:
+        """The log's directory, absolute (as every error about this log names it)."""
         return self.directory
 
     def _check_open(self) -> None:
@@ -413,6 +419,7 @@ class Log(LogAppends):
             self.meta = current
 
     def reload_meta(self) -> Meta:
+        """Read ``meta`` again (another process may have changed settings) and return it."""
         self.meta = read_meta(self.directory)
         return self.meta
 
@@ -499,6 +506,8 @@ class Log(LogAppends):
         return self._meta.config.key_format, self._meta.config.value_format
 
     def get_segments(self) -> list[int]:
+        """The base offsets of the log's segment files, oldest first, as the directory
+        lists them now (the last is the active segment)."""
         return list_segments(self.directory)
 
     # -- retention ---------------------------------------------------------------------
@@ -678,6 +687,8 @@ class Log(LogAppends):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called; appends, reads and the offset properties of a
+        closed log raise :class:`~compactlog.errors.LogClosedError`."""
         return self._closed
 
     def __enter__(self) -> Log:
@@ -702,31 +713,6 @@ def _caller_stacklevel() -> int:
     return level
 
 
-def _wait_for_log(directory: str, wait: float | bool, *, create: bool, read_only: bool) -> None:
-    """Return once ``directory`` holds a log (its ``meta``), polling at growing intervals;
-    :class:`NotALogError` when ``wait`` seconds pass first (``True``: no limit)."""
-    if create and not read_only:
-        raise ConfigError("wait= is for read_only=True or create=False opens (this one creates)")
-    if isinstance(wait, bool):
-        limit = None
-    elif isinstance(wait, int | float) and wait >= 0:
-        limit = float(wait)
-    else:
-        raise ConfigError(f"wait must be True, False or a number of seconds >= 0, not {wait!r}")
-    meta = os.path.join(directory, filenames.META)
-    deadline = None if limit is None else time.monotonic() + limit
-    pause, longest = WAIT_POLL_S
-    while not os.path.exists(meta):
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise NotALogError(
-                f"no log appeared here within {limit:g} s of waiting (wait={wait!r}): no meta file",
-                path=directory,
-            )
-        time.sleep(pause if left is None else min(pause, left))
-        pause = min(pause * 2, longest)
-
-
 def _check_offset(name: str, value: Any, path: str) -> int | None:
     """A ``start``/``end`` argument: an int offset or None (never a str or a bool)."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
@@ -749,8 +735,42 @@ def open_log(
     wait: float | bool = False,
     **config: Any,
 ) -> Log:
-    """Open (or create) the log at ``path``. See :class:`Log` for ``update_config``,
-    ``wait`` and the two groups of settings."""
+    """Open the log at ``path`` (a directory), creating it if needed; close it with
+    ``close()`` or use it in a ``with`` block. The user guide's section 3 says more.
+
+    Arguments:
+
+    - ``path``: the log's directory, a ``str`` or ``os.PathLike`` of ``str``. With
+      ``create=True`` a missing or empty directory becomes a new log; a directory with
+      entries but no ``meta`` file is refused (:class:`~compactlog.errors.NotALogError`).
+    - ``create=False``: the log must exist.
+    - ``read_only=True``: no writer, no recovery, no lock; appends raise
+      :class:`~compactlog.errors.ReadOnlyLogError`.
+    - ``exclusive=True``: this open is the log's only writer while it is open (its single
+      appends make no system call); every other writable open, in any process, is refused
+      with :class:`~compactlog.errors.LogLockedError` naming this process's pid.
+    - ``clock``: a callable returning now in milliseconds (timestamps, rolls, retention).
+    - ``update_config=True``: store the settings given, through the checks of
+      ``compactlog config set`` (:class:`~compactlog.errors.UnsafeChangeError` if refused).
+    - ``wait`` (with ``read_only=True`` or ``create=False``): wait up to that many seconds
+      (``True``: for ever) for another process to create the log.
+    - ``key_serializer``, ``value_serializer``, ``key_deserializer``,
+      ``value_deserializer``, ``raw``: how keys and values convert for this open.
+    - ``**config``: settings (``segment_bytes``, ``cleanup_policy``, ``retention_ms``,
+      ``sync``, ... every field of :class:`~compactlog.config.LogConfig`). *Stored*
+      settings apply when this open creates the log; on an existing log one that differs
+      from the stored value is ignored with a
+      :class:`~compactlog.errors.SettingIgnoredWarning`. *Per-process* settings (``sync``,
+      ``sync_interval_ms``, ``linger_ms``, ``batch_records``) apply to this open.
+
+    Raises :class:`~compactlog.errors.ConfigError` for an unknown setting or an impossible
+    value (before anything is created), :class:`~compactlog.errors.InvalidArgumentError`
+    for a ``path`` of the wrong type, :class:`~compactlog.errors.NotALogError`,
+    :class:`~compactlog.errors.LogLockedError` (an exclusive writer holds the log, or this
+    open is exclusive and another writer has it open),
+    :class:`~compactlog.errors.CorruptLogError` for damage recovery cannot repair (run
+    ``compactlog repair``). Every message about the log starts with its path.
+    """
     return Log(
         path,
         create=create,
@@ -761,3 +781,6 @@ def open_log(
         wait=wait,
         **config,
     )
+
+
+open_log.__name__ = open_log.__qualname__ = "open"  # what help(compactlog.open) shows

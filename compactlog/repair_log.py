@@ -25,9 +25,11 @@ def _open_time_passes(directory: str) -> list[str]:
 def repair(path: str | os.PathLike[str], *, dry_run: bool = False) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
-    Stop writers first (the writers' lock is taken, so concurrent appends wait). An
-    archive replica is refused (:class:`ReadOnlyLogError`): its follower alone writes it,
-    from the archive.
+    Stop writers first (the writers' lock is taken, so concurrent appends wait). A log that
+    an ``exclusive=True`` writer holds is refused at once:
+    :class:`~compactlog.errors.LogLockedError` names its pid. An archive replica is refused
+    (:class:`~compactlog.errors.ReadOnlyLogError`): its follower alone writes it, from the
+    archive.
     """
     replica = replica_of(os.fspath(path))
     if replica is not None:

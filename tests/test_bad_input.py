@@ -396,3 +396,16 @@ def test_a_failed_fsync_refuses_further_writes_until_reopen_and_loses_nothing_wr
         reopened.append(b"c", b"3")
         reopened.flush()
         assert reopened.end_offset == 3
+
+
+@pytest.mark.parametrize("path", [b"lg", 7, None])
+def test_open_with_a_path_that_is_not_a_str_names_the_argument_and_creates_nothing(
+    tmp_path, monkeypatch, path
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(compactlog.InvalidArgumentError) as found:
+        compactlog.open(path)
+    message = str(found.value)
+    assert message.startswith("path must be a str or an os.PathLike of str"), message
+    assert repr(path) in message, message
+    assert os.listdir(tmp_path) == []

@@ -94,3 +94,47 @@ def test_follow_benchmark_counts_every_change_and_the_longest_get(tmp_path: Path
     assert out["behind_at_stop"] >= 0 and out["latency_ms"]["p99"] >= 0
     got = bench_follow.get_during_apply(2000, "disk", root=str(tmp_path))
     assert got["longest_get_ms"] >= 0
+
+
+def test_scale_benchmark_runs_every_step_and_renders_its_section(tmp_path: Path) -> None:
+    """``bench_scale`` at a tiny size: every step runs in its own process and checks out
+    against a model of the workload; the doc's generated section is replaced in place, with
+    the table, the targets and the plot (correctness only: no timing is asserted)."""
+    from benchmarks import bench_scale
+
+    model: dict[bytes, bytes] = {}
+    for batch in bench_scale.workload(20_000):
+        for key, value in batch:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = value
+    data = tmp_path / "data"
+    data.mkdir()
+    document = bench_scale.run([20_000], data, tmp_path / "scale.json", say=lambda line: None)
+    steps = document["sizes"]["20000"]
+    assert list(steps) == list(bench_scale.STEPS)
+    for result in steps.values():
+        assert result["cpu_s"] > 0 and result["wall_s"] > 0 and result["peak_rss_bytes"] > 0
+    assert steps["append"]["end_offset"] == 20_000
+    assert steps["read_batches"]["records_read"] == steps["read"]["records_read"] == 20_000
+    assert steps["compact"]["passes"] >= 1
+    assert steps["table_memory"]["keys"] == steps["table_disk"]["keys"] == len(model)
+    assert 0 < steps["table_memory"]["ready_rss_bytes"] <= steps["table_memory"]["peak_rss_bytes"]
+    assert steps["arrow_restore"]["rows"] == len(model)
+    assert steps["reopen_after_kill"]["end_offset"] > 20_000  # the killed writer's batches
+    assert list(data.iterdir()) == []  # each size's log removed after its steps
+    assert bench_scale.load(tmp_path / "scale.json")["sizes"]["20000"] == steps
+
+    for size in ("1000000", "10000000", "50000000"):  # more sizes: the targets and plot render
+        document["sizes"][size] = steps
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# B\n\n<!-- generated: bench_scale -->\nold\n<!-- end generated -->\n\nafter\n")
+    bench_scale.render(document, doc, tmp_path / "scale.png")
+    text = doc.read_text()
+    assert "old" not in text and text.endswith("<!-- end generated -->\n\nafter\n")
+    assert "| `read()` | " in text and "| 20k | 1M | 10M | 50M |" in text
+    assert "| compaction until clean: 50M / 1M | 1.00x | 1.3x | yes |" in text
+    assert "| `Table` in memory: peak RSS / ready RSS at 50M | " in text
+    assert "![CPU per record against size](scale.png)" in text
+    assert (tmp_path / "scale.png").stat().st_size > 0

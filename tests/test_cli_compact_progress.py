@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 
 import pytest
@@ -88,3 +89,52 @@ def test_a_terminal_gets_a_bar_with_bytes_rate_and_eta(log_path):
     os.close(leader)
     assert b"compaction done" in stdout
     assert b"rewriting" in drawn or b"building the offset map" in drawn, drawn[:500]
+
+
+def test_the_bar_says_mib_like_the_summary():
+    """One unit: the bar's sizes and rate and the summary's sizes are all binary (MiB),
+    never rich's decimal MB/s beside them."""
+    from compactlog.cli.progress import ProgressDisplay
+
+    from compactlog.compaction.progress import CompactionProgress
+    from compactlog.compaction.stats import CleanerStats
+
+    now = [0.0]
+    with ProgressDisplay("bar", clock=lambda: now[0]) as display:
+        for second in range(4):
+            now[0] = float(second)
+            display(CompactionProgress("rewrite", second * 3 << 20, 12 << 20))
+        task = display.bar.tasks[0]
+        drawn = " ".join(str(getattr(c(task), "plain", c(task))) for c in display.bar.columns)
+    assert "MiB/s" in drawn and "3.0 MiB/s" in drawn, drawn
+    summary = CleanerStats(cleaned=True, bytes_read=5 << 20, bytes_written=1 << 20).summary()
+    assert "5.0 MiB of log processed" in summary and " MB" not in summary, summary
+
+
+def test_compact_help_lists_force_as_docs_cli_md_says():
+    out = run("compact", "--help").stdout
+    assert "--force" in out and "No effect" in out, out
+
+
+def test_ctrl_c_exits_130_naming_the_log_and_leaves_it_whole(tmp_path):
+    path = tmp_path / "log"
+    with compactlog.open(path, segment_bytes=8192, segment_ms=None) as log:
+        for start in range(0, 20000, 100):
+            log.append_batch([(b"k%04d" % (i % 300), b"v" * 50) for i in range(start, start + 100)])
+    # a pass throttled to 64 KiB/s takes about 20 s: long enough to be interrupted
+    run("config", "set", path, "cleaner_io_bytes_per_second=65536")
+    with subprocess.Popen(
+        [SCRIPT, "compact", str(path), "--progress", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert json.loads(first)["phase"], first  # the pass is under way
+        process.send_signal(signal.SIGINT)
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 130
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"compactlog: error: {path}: interrupted by Ctrl-C (SIGINT)"), last
+    run("verify", path)

@@ -14,6 +14,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compactlog
 from compactlog.compaction import cleaner
@@ -22,7 +24,7 @@ from compactlog.encoding import offset_map
 from compactlog.encoding.batch_decode import decode_batch, filter_batch
 from compactlog.encoding.batch_encode import encode_batch
 from compactlog.encoding.format import CODEC_NONE, CODEC_ZSTD, check_batch
-from compactlog.encoding.offset_map import OffsetMap, key_digests, sort_order
+from compactlog.encoding.offset_map import OffsetMap, key_digest_hi, key_digests, sort_order
 from compactlog.storage.segment import list_segments
 
 from .compaction_helpers import Model, check_log
@@ -180,6 +182,24 @@ def test_blockwise_hashing_gives_the_same_digests(monkeypatch):
     hi7, lo7 = key_digests(blob, lengths)
     assert (hi == hi7).all() and (lo == lo7).all()
     assert len(set(zip(hi.tolist(), lo.tolist(), strict=True))) == len(set(keys))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=80), min_size=1, max_size=60), st.sampled_from([1, 3, 16384]))
+def test_a_keys_digest_does_not_depend_on_its_neighbours(keys: list[bytes], block: int) -> None:
+    """Keys of mixed lengths, hashed together in blocks of any size, get the digests each
+    key gets alone (where all keys share one length) and ``key_digest_hi``'s lane."""
+    lengths = np.array([len(k) for k in keys], np.int32)
+    original = offset_map.HASH_BLOCK
+    offset_map.HASH_BLOCK = block
+    try:
+        hi, lo = key_digests(b"".join(keys), lengths)
+    finally:
+        offset_map.HASH_BLOCK = original
+    for key, h, g in zip(keys, hi.tolist(), lo.tolist(), strict=True):
+        alone = key_digests(key, np.array([len(key)], np.int32))
+        assert (int(alone[0][0]), int(alone[1][0])) == (h, g)
+        assert key_digest_hi(key) == h
 
 
 def test_sort_order_is_a_stable_sort_even_when_high_bits_tie():

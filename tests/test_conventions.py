@@ -18,6 +18,7 @@ import pytest
 
 import compactlog
 from compactlog import log as log_module
+from compactlog.storage import logdirs
 
 
 def test_python_m_compactlog_runs_the_cli():
@@ -67,7 +68,7 @@ def test_a_read_only_open_waits_for_a_log_another_process_creates(tmp_path, monk
         time.sleep(seconds)
 
     fake_time = types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep)
-    monkeypatch.setattr(log_module, "time", fake_time)
+    monkeypatch.setattr(logdirs, "time", fake_time)  # (wait_for_log's clock and sleep)
     try:
         with compactlog.open(path, read_only=True, wait=True) as log:
             assert waits

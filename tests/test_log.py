@@ -273,3 +273,17 @@ def test_latest_batches_gives_the_latest_live_value_of_each_key_in_columns(tmp_p
         assert pairs == {b"a": b"3", b"c": b"4"}
         assert pairs == {r.key: r.value for r in log.latest()}
         assert [r.key for r in log.latest(as_of=2)] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    "setting", [{"segmnt_bytes": 4096}, {"segment_bytes": 5}, {"cleanup_policy": "compacted"}]
+)
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_an_open_refused_by_a_config_error_creates_nothing(tmp_path, setting, where):
+    path = tmp_path / "log"
+    if where == "empty":
+        path.mkdir()
+    with pytest.raises(compactlog.ConfigError) as found:
+        compactlog.open(path, **setting)
+    assert str(found.value).startswith(f"{path}: "), found.value
+    assert os.listdir(path) == [] if where == "empty" else not os.path.lexists(path)

@@ -213,3 +213,12 @@ def test_interrupted_swap_after_the_renames_is_completed(log_dir):
         assert any("completed" in line for line in log.recovery_report)
         assert [r.offset for r in log.read()] == list(range(60))
     assert list_segments(str(log_dir)) == [first, *bases[3:]]
+
+
+def test_a_new_logs_first_open_reports_nothing(tmp_path):
+    with compactlog.open(tmp_path / "new") as log:
+        assert log.recovery_report == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with compactlog.open(empty) as log:
+        assert log.recovery_report == []

@@ -5,6 +5,7 @@ the ``auto`` choice. Equality with the Spark engine's output: tests/spark/test_s
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from compactlog.restore import arrow_restore
 from compactlog.restore.arrow_restore import base64_array
 from compactlog.restore.ddl import DdlError, arrow_schema
 from compactlog.restore.plan import InexactReadError
+from compactlog.restore.progress import RestoreStep
 from compactlog.spark.restore import RESULT_FILE, choose_engine, restore
 
 from .spark.test_spark_source import build_log, model
@@ -328,3 +330,42 @@ def test_the_arrow_engine_runs_with_pyspark_imports_blocked(tmp_path):
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "ok"
     assert len(pq.read_table(out / "part-00000.parquet")) == 10
+
+
+def test_cli_restore_shows_its_phases_and_progress_on_stderr(tmp_path):
+    """As ``compact`` does: plain lines in a pipe (the phases, then the read's first and
+    last event), JSON Lines on request with stdout keeping its one document."""
+    build_log(tmp_path / "log", records=3000, keys=200)
+    lines = subprocess.run(
+        [CLI, "restore", str(tmp_path / "log"), "--to", str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr.splitlines()
+    assert any(line.startswith("compactlog: restore: snapshot of ") for line in lines)
+    progress = [line for line in lines if line.startswith("compactlog: progress: write ")]
+    assert progress[0].startswith("compactlog: progress: write 0 records of ")
+    assert "(100%)" in progress[-1]
+    assert lines[-1].startswith("compactlog: restore: ") and lines[-1].endswith(" in place")
+    argv = [CLI, "restore", str(tmp_path / "log"), "--to", str(tmp_path / "b"), "--json"]
+    done = subprocess.run(
+        [*argv, "--progress", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(done.stdout)
+    events = [json.loads(line) for line in done.stderr.splitlines()]
+    assert events and all(set(e) == {"phase", "records_done", "records_planned"} for e in events)
+    done_counts = [e["records_done"] for e in events]
+    assert done_counts == sorted(done_counts) and done_counts[0] == 0
+    assert done_counts[-1] == events[-1]["records_planned"] == document["end_offset"]
+
+
+def test_restore_reports_progress_to_a_callback(tmp_path):
+    build_log(tmp_path / "log", records=3000, keys=200)
+    events: list[RestoreStep] = []
+    result = restore(tmp_path / "log", tmp_path / "out", engine="arrow", on_progress=events.append)
+    assert events[0] == RestoreStep("write", 0, result.end_offset)
+    assert events[-1] == RestoreStep("write", result.end_offset, result.end_offset)
+    assert all(a.records_done <= b.records_done for a, b in itertools.pairwise(events))

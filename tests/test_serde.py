@@ -281,3 +281,63 @@ def _utf8(item):
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _loaded(convert, data):
+    """What ``convert(data)`` gives (as JSON text, NaN included) or the error type raised."""
+    try:
+        return json.dumps(convert(data))
+    except Exception as error:
+        return type(error)
+
+
+JSON_EDGES = [
+    b"NaN",
+    b"[Infinity, -Infinity]",
+    b"1e400",
+    b"123456789012345678901234567890",
+    b"-9223372036854775809",
+    b"18446744073709551616",
+    b'"\\ud800"',
+    b"\xef\xbb\xbf[1]",
+    '{"\u00e9": 1}'.encode("utf-16"),
+    '["x"]'.encode("utf-32"),
+    b'"\xff"',
+    b" {} ",
+    b"[1,]",
+    b"",
+    b"{broken",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    items=st.lists(
+        st.sampled_from(JSON_EDGES)
+        | JSON_VALUES.map(lambda v: json.dumps(v, separators=(",", ":")).encode())
+        | st.binary(max_size=12),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_built_in_json_decodes_as_json_loads_does(items):
+    """The built-in json format (msgspec, then ``json.loads`` for what msgspec refuses) gives
+    ``json.loads``' result for every document, one at a time or as a column: big integers
+    stay exact, NaN and Infinity load, UTF-16 and a BOM decode, and what ``json.loads``
+    refuses raises."""
+    from compactlog.encoding.serde import json_loads, map_decode
+
+    wanted = [_loaded(json.loads, item) for item in items]
+    assert [_loaded(json_loads, item) for item in items] == wanted
+    if not any(isinstance(w, type) for w in wanted):
+        assert [json.dumps(v) for v in map_decode(json_loads, items)] == wanted
+
+
+def test_a_table_of_a_json_log_keeps_big_integers_and_nan(log_dir):
+    with compactlog.open(log_dir, raw=True, key_format="str", value_format="json") as log:
+        log.append_batch([(b"big", b"[18446744073709551616]"), (b"nan", b"NaN"), (b"x", b"{}")])
+        log.append(b"gone", None)
+    with compactlog.open(log_dir) as log, log.table(follow=False) as table:
+        assert table["big"] == [2**64]
+        assert table["nan"] != table["nan"]  # NaN
+        assert table["x"] == {} and "gone" not in table

@@ -124,6 +124,41 @@ def test_an_exclusive_writer_refuses_other_writers_naming_its_pid(log_dir):
         assert log.append(b"b", b"2") == 1  # the holder goes on
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["compact"], ["repair", "--dry-run"], ["repair", "--force"], ["retention"]],
+    ids=" ".join,
+)
+def test_operator_commands_beside_an_exclusive_writer_refuse_at_once_naming_its_pid(
+    log_dir, command
+):
+    """An exclusive writer holds ``.lock`` for good: a cleaner or repair in another process
+    is refused at once (exit 1) with the writer's pid and what to do, never left waiting."""
+    from .test_cli import run
+
+    with compactlog.open(log_dir, exclusive=True) as log:
+        log.append(b"a", b"1")
+        result = run(command[0], log_dir, *command[1:], check=1, timeout=30)
+        assert log.append(b"b", b"2") == 1  # the writer goes on
+    line = result.stderr.strip()
+    assert line.startswith(f"compactlog: error: {log_dir}: "), line
+    assert f"exclusive=True by another process (pid {os.getpid()} exclusive)" in line, line
+    assert "log.compact()" in line, line
+
+
+def test_the_library_repair_beside_an_exclusive_writer_refuses_at_once(log_dir):
+    with compactlog.open(log_dir, exclusive=True):
+        outcome = run_python(
+            "import sys, compactlog\n"
+            "try:\n"
+            "    compactlog.repair(sys.argv[1], dry_run=True)\n"
+            "except compactlog.LogLockedError as error:\n"
+            "    print('refused', error)\n",
+            str(log_dir),
+        )
+    assert outcome.startswith("refused") and f"pid {os.getpid()}" in outcome, outcome
+
+
 def test_an_exclusive_open_is_refused_while_another_writer_has_the_log(log_dir):
     with compactlog.open(log_dir):
         answer = other_writer(log_dir, exclusive=True)

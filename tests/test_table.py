@@ -344,6 +344,20 @@ def test_restore_logs_its_progress(tmp_path, caplog, monkeypatch):
     assert "restored 20k of 20k records" in caplog.text
 
 
+def test_restore_logs_when_it_ends_and_when_the_dict_is_built(tmp_path, caplog):
+    """However short the restore (no 5 s line), its end and the frozen state's dict are
+    each a line naming the log, the offset or the keys, and the time taken."""
+    import logging
+
+    with compactlog.open(tmp_path / "log") as log:
+        log.append_batch([(b"k%d" % (i % 500), b"v") for i in range(2000)])
+        level = caplog.at_level(logging.INFO, logger="compactlog.table")
+        with level, Table(log.path, follow=False) as table:
+            table._parts[0].thaw()
+    assert f"{log.path}: restored to offset 2000 (500 keys), " in caplog.text
+    assert "the restored state's dict is built (500 keys), " in caplog.text
+
+
 def test_a_table_reads_the_declared_formats_and_waits_in_asyncio(tmp_path):
     import asyncio
 
@@ -364,3 +378,21 @@ def test_a_table_reads_the_declared_formats_and_waits_in_asyncio(tmp_path):
             table.close()
     with compactlog.Table(path, raw=True, follow=False) as raw:
         assert raw[b"user:1"] == b'{"name":"Ada"}'
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+def test_a_key_of_the_wrong_type_is_a_key_error_that_names_the_key_format(tmp_path, store):
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"k", b"v")
+        state = {"state_dir": tmp_path / "state"} if store == "disk" else {}
+        with log.table(store=store, follow=False, **state) as table:
+            assert table[b"k"] == b"v"
+            with pytest.raises(KeyError) as found:
+                table["k"]
+            message = str(found.value)
+            assert "str" in message and "key_format='bytes'" in message, message
+            assert "b'k'" in message, message  # how to look it up
+            assert table.get("k") is None  # still a KeyError: get() and `in` work as a Mapping's
+            with pytest.raises(KeyError) as found:
+                table[b"absent"]
+            assert found.value.args == (b"absent",)  # a key of the right type: the key alone

@@ -254,3 +254,22 @@ def test_building_the_dict_stops_between_steps(tmp_path, monkeypatch):
 
     assert frozen.to_dict(stop) is None and len(asked) == 2
     assert frozen.to_dict() == model
+
+
+def test_building_the_dict_lets_go_of_each_batch_and_reads_go_on(tmp_path, monkeypatch):
+    """Restore memory: a batch whose records are in the dict is dropped (the batches and the
+    dict are never both whole); reads of its keys are answered from the dict meanwhile, and
+    a build stopped midway goes on from there."""
+    directory = str(tmp_path / "log")
+    model = _write(directory, [(b"key%d" % i, b"v%d" % i) for i in range(400)], 25)
+    monkeypatch.setattr(table_frozen, "THAW_STEP", 50)
+    frozen = _frozen(directory)
+    steps = iter([False, True])  # one step more, then stop
+    assert frozen.to_dict(stop=lambda: next(steps)) is None
+    dropped = sum(batch is None for batch in frozen.batches)
+    assert 0 < dropped < len(frozen.batches)
+    assert {key: frozen[key] for key in model} == model and b"key400" not in frozen
+    frozen._check()
+    assert frozen.to_dict() == model
+    assert all(batch is None for batch in frozen.batches)
+    assert {key: frozen.get(key) for key in model} == model

@@ -195,3 +195,14 @@ def test_the_wheel_ships_py_typed_and_python_m_compactlog_runs_the_cli(installed
         assert "compactlog/py.typed" in archive.namelist()
     out = _run([str(bin_dir / "python"), "-m", "compactlog", "--help"], scratch, _env(bin_dir))
     assert "Usage: compactlog" in out, out
+
+
+def test_format_compactlog_is_found_in_the_wheel_install_with_no_register_call(installed):
+    from tests.spark.test_spark_discovery import read_with_no_register_call
+
+    _wheel, bin_dir, scratch = installed
+    where = scratch / "discovery"
+    where.mkdir()
+    result = read_with_no_register_call(bin_dir / "python", where)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[(b'k1', b'v3'), (b'k2', b'v2')]"

@@ -11,6 +11,7 @@ still being written sees a torn tail and stops there, as it would on the source.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -18,23 +19,36 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArchiveError
+from ..errors import ArchiveError, NoManifestError, ObjectMissingError, StoreError
+from ..storage.filenames import FileKind, parse_filename
 from . import local
 from . import manifest as manifests
-from .manifest import Manifest, SegmentEntry
+from .manifest import Manifest, ObjectRef, SegmentEntry
 from .pins import Pin
-from .restore import PART_SUFFIX, fetch_object, restore
+from .restore import PART_SUFFIX, _complete, fetch_object, restore
+from .retry import Backoff, sleep_until
 from .store import Store, now_ms
 
 STATE = local.REPLICA_STATE  # which manifest the replica holds
 WRITER_FILES = (".lock", "clean_shutdown", ".writers.lock")
 
 
+# an object no manifest names: a local segment entry built with it is never "unchanged"
+_UNKNOWN = ObjectRef("(the replica's own bytes)", 0, 0, 0, "")
+
+
 @dataclass(slots=True)
 class FollowStatus:
+    """After a check: the manifest the replica holds and its lag.
+
+    ``lag_ms`` is 0 when the last check found the replica holding the archive's newest
+    manifest; otherwise the time since the last check that did (since the follower started,
+    when none did yet). It measures the replica against the archive, not the archive
+    against the source log (``archive run`` reports that lag)."""
+
     sequence: int
     end_offset: int
-    lag_ms: int  # now minus the applied manifest's commit time
+    lag_ms: int
     changed: bool
 
     def to_json(self) -> dict[str, Any]:
@@ -53,6 +67,17 @@ class Follower:
         self.store = store
         self.target = os.path.abspath(target)
         self.applied: Manifest | None = None
+        self.current_ms = now_ms()  # when a check last found the replica current
+
+    def status(self, changed: bool = False) -> FollowStatus:
+        """The replica's manifest and lag (see :class:`FollowStatus`), without a check."""
+        applied = self.applied
+        return FollowStatus(
+            applied.sequence if applied is not None else -1,
+            applied.end_offset if applied is not None else 0,
+            max(now_ms() - self.current_ms, 0),
+            changed,
+        )
 
     def _state(self) -> int | None:
         try:
@@ -79,7 +104,10 @@ class Follower:
                     except FileNotFoundError:
                         pass
                 self._save(sequence)
-            self.applied = manifests.load(self.store, sequence)
+            try:
+                self.applied = manifests.load(self.store, sequence)
+            except ObjectMissingError:  # pruned while no follower ran: held is unknown
+                return self._rebase(sequence)
         newest = manifests.sequences(self.store)
         changed = False
         if newest and newest[-1] > self.applied.sequence:
@@ -94,12 +122,41 @@ class Follower:
                         self._save(target.sequence)
                     self.applied = target
                     changed = True
-        return FollowStatus(
-            self.applied.sequence,
-            self.applied.end_offset,
-            max(now_ms() - self.applied.time_ms, 0),
-            changed,
-        )
+        if not newest or newest[-1] <= self.applied.sequence:
+            self.current_ms = now_ms()
+        return self.status(changed)
+
+    def _rebase(self, held: int) -> FollowStatus:
+        """The replica holds manifest ``held``, which retention has removed: bring it to
+        the newest manifest. What the replica holds is read from its own files: a segment
+        whose size and CRC-32C match the newest manifest's entry is kept, every other one
+        is fetched to ``.part`` and renamed over (the order of ``_apply``)."""
+        newest = manifests.sequences(self.store)
+        if not newest:
+            raise NoManifestError("the archive holds no manifest", path=self.store.url)
+        with Pin(self.store, newest[-1]) as pin:
+            target = manifests.load(self.store, pin.sequence)
+            wanted = {s.base: s for s in target.segments}
+            segments = []
+            for name in sorted(os.listdir(self.target)):
+                parsed = parse_filename(name)
+                if parsed.kind is not FileKind.SEGMENT or parsed.base_offset is None:
+                    continue
+                entry = wanted.get(parsed.base_offset)
+                path = os.path.join(self.target, name)
+                if entry is not None and _complete(path, entry):
+                    segments.append(entry)
+                else:
+                    size = os.path.getsize(path)
+                    segments.append(
+                        SegmentEntry(parsed.base_offset, size, 0, 0, False, None, (_UNKNOWN,))
+                    )
+            holding = dataclasses.replace(target, sequence=held, segments=segments)
+            with local.replica_lock(self.target):
+                self._apply(holding, target)
+                self._save(target.sequence)
+            self.applied = target
+        return self.step()
 
     def _save(self, sequence: int) -> None:
         body = json.dumps({"url": self.store.url, "sequence": sequence}).encode()
@@ -178,22 +235,33 @@ def follow(
     interval_s: float = 1.0,
     should_stop: Callable[[], bool] = lambda: False,
     report: Callable[[FollowStatus], None] | None = None,
+    failed: Callable[[ArchiveError, float, FollowStatus], None] | None = None,
 ) -> FollowStatus:
-    """Run :meth:`Follower.step` every ``interval_s`` until ``should_stop()``."""
+    """Run :meth:`Follower.step` every ``interval_s`` until ``should_stop()``: every check
+    that fails on the store (``StoreError``, an object pruned under it, no manifest yet) is
+    reported to ``failed`` and retried after a backoff (``retry.Backoff``); it never ends
+    the loop. The first check always runs, and reports its status or its failure."""
     follower = Follower(store, target)
-    status = follower.step()
-    if report is not None:
-        report(status)
-    while not should_stop():
-        deadline = time.monotonic() + interval_s
-        while time.monotonic() < deadline and not should_stop():
-            time.sleep(min(0.05, interval_s))
+    backoff = Backoff(interval_s)
+    first = True
+    while True:
+        started = time.monotonic()
+        try:
+            status = follower.step()
+        except (StoreError, ObjectMissingError, NoManifestError) as error:
+            delay = backoff.failed()
+            if failed is not None:
+                failed(error, delay, follower.status())
+        else:
+            backoff.succeeded()
+            if report is not None and (status.changed or first):
+                report(status)
+            first = False
         if should_stop():
-            break
-        status = follower.step()
-        if report is not None and status.changed:
-            report(status)
-    return status
+            return follower.status()
+        sleep_until(started + (backoff.delay_s or interval_s), should_stop)
+        if should_stop():
+            return follower.status()
 
 
 def _remove(path: str) -> None:

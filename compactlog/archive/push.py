@@ -201,7 +201,7 @@ class Archiver:
             meta=view.meta,
             cleaner=view.cleaner,
             segments=entries,
-            archiver={"host": socket.gethostname(), "pid": os.getpid()},
+            archiver={"host": socket.gethostname(), "pid": os.getpid(), "path": self.log.path},
             parent=(
                 local.parent_of(self.log, self.store.url)
                 if new_generation

@@ -3,15 +3,17 @@
 Every ``interval`` one round (``push.Archiver.push``), started on the interval's ticks (a
 round that takes longer is followed at once by the next); after a commit, retention
 (``prune.prune``) at most every ``PRUNE_EVERY_S`` (every commit with ``retention=0``).
-A failed round (network, 5xx, timeouts, credentials) is retried with exponential backoff
-up to ``MAX_BACKOFF_S``, and counted; nothing half-done is ever committed. A round that
-finds the cleaner lock taken (a cleaning pass is running) waits for the next tick. A stop
-request (SIGTERM, SIGINT, the cleaner service stopping) cuts the round in flight short: it
-starts no new upload, waits only for the running ones, and commits the complete prefix of
-its view (``push.Archiver.push`` step 5), so a stop takes about one upload, not one round
-(``docker stop`` gives 10 s). A stop that finds no round cut short (it came between rounds,
-or after the last upload) runs one last round, whose uploads start within
-``FINAL_ROUND_S``, so that what became durable meanwhile is committed. Then it releases
+A failed round (network, 5xx, timeouts, credentials, a missing bucket) is retried with
+exponential backoff up to ``retry.MAX_BACKOFF_S``, reported and counted; nothing half-done
+is ever committed, and no store error ends the loop: taking the lease at the start is
+retried the same way (only another archiver's live lease, or losing the lease, ends it).
+A round that finds the cleaner lock taken (a cleaning pass is running) waits for the next
+tick. A stop request (SIGTERM, SIGINT, the cleaner service stopping) cuts the round in
+flight short: it starts no new upload, waits only for the running ones, and commits the
+complete prefix of its view (``push.Archiver.push`` step 5), so a stop takes about one
+upload, not one round (``docker stop`` gives 10 s). A stop that finds no round cut short
+(it came between rounds, or after the last upload) runs one last round, whose uploads
+start within ``FINAL_ROUND_S``, so that what became durable meanwhile is committed. Then it releases
 the lease and returns.
 """
 
@@ -26,10 +28,10 @@ from ..errors import ArchiveError, LeaseHeldError, LeaseLostError, LogLockedErro
 from .manifest import Manifest
 from .prune import prune
 from .push import Archiver, PushResult
+from .retry import Backoff, sleep_until
 from .store import Store, now_ms
 
 PRUNE_EVERY_S = 30.0
-MAX_BACKOFF_S = 30.0
 FINAL_ROUND_S = 1.0  # the last round after a stop starts uploads for this long at most
 
 
@@ -92,9 +94,21 @@ def run(
     log = compactlog.open(log_path, create=False, read_only=True)
     archiver = Archiver(log, store)
     cache: dict[int, Manifest] = {}
+    backoff = Backoff(interval_s)
+
+    def failed(error: BaseException, *, back_off: bool = True) -> None:
+        stats.failures += 1
+        stats.last_error = str(error)
+        delay = backoff.failed() if back_off else interval_s
+        if report is not None:
+            report("failure", {"error": str(error), "retry_in_s": delay})
+
     try:
-        archiver.start()
-        backoff = 0.0
+        while not _started(archiver, failed):
+            sleep_until(time.monotonic() + backoff.delay_s, should_stop)
+            if should_stop():
+                return stats
+        backoff.succeeded()
         last_prune = float("-inf")
         while True:
             stats.rounds += 1
@@ -107,13 +121,9 @@ def run(
             except LogLockedError:
                 result = None  # a cleaning pass holds the lock: next tick
             except (ArchiveError, OSError) as error:
-                stats.failures += 1
-                stats.last_error = str(error)
-                backoff = min(max(backoff * 2, interval_s, 0.1), MAX_BACKOFF_S)
-                if report is not None:
-                    report("failure", {"error": str(error), "retry_in_s": backoff})
+                failed(error)
             else:
-                backoff = 0.0
+                backoff.succeeded()
                 _account(stats, result)
                 if result.manifest is not None and report is not None:
                     report("commit", result.to_json())
@@ -129,17 +139,17 @@ def run(
                             ):
                                 report("prune", pruned.to_json())
                         except ArchiveError as error:
-                            stats.failures += 1
-                            stats.last_error = str(error)
+                            failed(error, back_off=False)  # the round committed
             if result is not None and result.stopped:
                 break  # cut short by the stop request, and committed what was complete
             if max_rounds is not None and stats.rounds >= max_rounds:
                 break
             # rounds start every interval (not an interval after the last one ended), so a
             # record waits at most the interval plus one round: the RPO is I + U
-            deadline = time.monotonic() + backoff if backoff else round_started + interval_s
-            while not should_stop() and time.monotonic() < deadline:
-                time.sleep(min(0.05, max(interval_s, 0.001)))
+            delay = backoff.delay_s
+            sleep_until(
+                time.monotonic() + delay if delay else round_started + interval_s, should_stop
+            )
             if should_stop():
                 # one last round (also when the stop came during a round that was not cut
                 # short: its view may predate it), so that what became durable meanwhile is
@@ -150,13 +160,25 @@ def run(
                     if result.manifest is not None and report is not None:
                         report("commit", result.to_json())
                 except (ArchiveError, OSError, LogLockedError) as error:
-                    stats.failures += 1
-                    stats.last_error = str(error)
+                    failed(error, back_off=False)
                 break
     finally:
         archiver.stop()
         log.close()
     return stats
+
+
+def _started(archiver: Archiver, failed: Callable[[BaseException], None]) -> bool:
+    """Take the lease; a store error is reported (``failed``) and ``False`` returned, so
+    that the caller retries after its backoff."""
+    try:
+        archiver.start()
+    except (LeaseHeldError, LeaseLostError):
+        raise
+    except (ArchiveError, OSError) as error:
+        failed(error)
+        return False
+    return True
 
 
 def _after(seconds: float) -> Callable[[], bool]:

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from ..errors import ArchiveError, ObjectMissingError, StoreError
+from .store_settings import check_s3_environment, describe
 
 T = TypeVar("T")
 
@@ -108,6 +109,8 @@ def open_store(url: str, *, retries: int = 4, timeout_s: float = 30.0) -> Object
         return ObjectStore(url, LocalStore(root, mkdir=True), local_root=root)
     if scheme == "s3a":
         url = "s3" + url[3:]
+    if scheme in ("s3", "s3a"):
+        check_s3_environment(url)
     options = {
         "retry_config": {
             "max_retries": retries,
@@ -147,6 +150,7 @@ class ObjectStore:
 
         big = len(data) > MULTIPART_BYTES and self._local_root is None
         self._call(
+            "put",
             key,
             lambda: obstore.put(
                 self.inner, key, data, use_multipart=big, chunk_size=8 << 20, max_concurrency=8
@@ -159,7 +163,11 @@ class ObjectStore:
 
         with self._conditional():
             try:
-                result = self._call(key, lambda: obstore.put(self.inner, key, data, mode="create"))
+                result = self._call(
+                    "put_if_absent",
+                    key,
+                    lambda: obstore.put(self.inner, key, data, mode="create"),
+                )
             except _Raised as raised:
                 if isinstance(raised.error, AlreadyExistsError | PreconditionError):
                     return None
@@ -180,7 +188,9 @@ class ObjectStore:
                 return after.etag if after is not None else None
         try:
             result = self._call(
-                key, lambda: obstore.put(self.inner, key, data, mode={"e_tag": etag})
+                "put_if_match",
+                key,
+                lambda: obstore.put(self.inner, key, data, mode={"e_tag": etag}),
             )
         except _Raised as raised:
             if isinstance(raised.error, PreconditionError | FileNotFoundError):
@@ -195,7 +205,7 @@ class ObjectStore:
             response = obstore.get(self.inner, key)
             return bytes(response.bytes()), response.meta.get("e_tag")
 
-        return self._call(key, fetch)
+        return self._call("get", key, fetch)
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         import obstore
@@ -203,14 +213,16 @@ class ObjectStore:
         if end <= start:
             return b""
         return bytes(
-            self._call(key, lambda: obstore.get_range(self.inner, key, start=start, end=end))
+            self._call(
+                "get_range", key, lambda: obstore.get_range(self.inner, key, start=start, end=end)
+            )
         )
 
     def head(self, key: str) -> ObjectInfo | None:
         import obstore
 
         try:
-            meta = self._call(key, lambda: obstore.head(self.inner, key))
+            meta = self._call("head", key, lambda: obstore.head(self.inner, key))
         except ObjectMissingError:
             return None
         return _info(meta)
@@ -225,7 +237,7 @@ class ObjectStore:
             return found
 
         try:
-            found = self._call(prefix, listing)
+            found = self._call("list", prefix, listing)
         except ObjectMissingError:  # a local prefix directory that does not exist yet
             return []
         return sorted((f for f in found if f.key.startswith(prefix)), key=lambda f: f.key)
@@ -234,14 +246,16 @@ class ObjectStore:
         import obstore
 
         try:
-            self._call(key, lambda: obstore.delete(self.inner, key))
+            self._call("delete", key, lambda: obstore.delete(self.inner, key))
         except ObjectMissingError:
             pass
 
     # -- helpers -----------------------------------------------------------------------
-    def _call(self, key: str, operation: Callable[[], T]) -> T:
+    def _call(self, op: str, key: str, operation: Callable[[], T]) -> T:
         """Run one request; obstore's own retries (backoff, 5xx, dropped connections) have
-        run by the time an error reaches here."""
+        run by the time an error reaches here. A failure becomes one line naming the URL,
+        the operation, the store's error code and the setting to check
+        (``store_settings.describe``)."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         try:
@@ -251,9 +265,19 @@ class ObjectStore:
         except (AlreadyExistsError, PreconditionError) as error:
             raise _Raised(error, StoreError(_first_line(error), path=key)) from None
         except Exception as error:
-            raise StoreError(
-                f"object store request failed: {_first_line(error)}", path=f"{self.url} {key}"
-            ) from None
+            raise self._failed(op, key, error) from None
+        except BaseException as error:  # a panic in the Rust client (pyo3's PanicException)
+            if type(error).__name__ != "PanicException":
+                raise
+            raise self._failed(op, key, error) from None
+
+    def _failed(self, op: str, key: str, error: BaseException) -> StoreError:
+        scheme = urlparse(self.url).scheme.lower().replace("s3a", "s3")
+        return StoreError(
+            f"object store request failed: {op} {key or '(root)'}: "
+            f"{describe(error, scheme=scheme)}",
+            path=self.url,
+        )
 
     @contextmanager
     def _conditional(self) -> Any:

@@ -36,10 +36,17 @@ class VerifyReport:
 
 def verify(store: Store, *, threads: int = 8) -> VerifyReport:
     """Read every manifest and fetch every object they name once, checking its size and
-    checksums; each problem names the object (or manifest) and the manifests that name it."""
+    checksums; each problem names the object (or manifest) and the manifests that name it.
+    An archive with no manifest is a problem: an empty or mistyped prefix verifies nothing,
+    and must not read as "ok"."""
     report = VerifyReport()
     named: dict[str, tuple[ObjectRef, list[int]]] = {}
-    for sequence in manifests.sequences(store):
+    found = manifests.sequences(store)
+    if not found:
+        report.problems.append(
+            f"{store.url}: no manifest: the archive is empty, or the URL's prefix is mistyped"
+        )
+    for sequence in found:
         try:
             manifest = manifests.load(store, sequence)
         except ArchiveError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MB = 1024 * 1024
+MB = 1024 * 1024  # the summary's unit, MiB (the CLI's progress says MiB too)
 
 
 @dataclass
@@ -65,21 +65,26 @@ class CleanerStats:
 
     @property
     def map_fill(self) -> float:
+        """How full the offset map got: entries / capacity (0.0 when unused)."""
         return self.map_entries / self.map_capacity if self.map_capacity else 0.0
 
     @property
     def mb_per_second_read(self) -> float:
+        """Bytes read per second of the pass, in MiB (2**20 bytes)."""
         return self.bytes_read / MB / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     @property
     def mb_per_second_written(self) -> float:
+        """Bytes written per second of the pass, in MiB (2**20 bytes)."""
         return self.bytes_written / MB / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     @property
     def records_per_second(self) -> float:
+        """Records read per second of the pass."""
         return self.records_read / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The stats as plain JSON-ready values (``compactlog compact --json``)."""
         document = asdict(self)
         retention = self.retention
         if retention is not None and not isinstance(retention, dict):
@@ -104,17 +109,17 @@ class CleanerStats:
             [
                 f"Cleaner cleaned {name} (dirty section = "
                 f"[{self.first_dirty_offset}, {self.new_first_dirty_offset}))",
-                f"\t{self.bytes_read / MB:.1f} MB of log processed in {total:.1f} seconds "
-                f"({self.mb_per_second_read:.1f} MB/sec).",
+                f"\t{self.bytes_read / MB:.1f} MiB of log processed in {total:.1f} seconds "
+                f"({self.mb_per_second_read:.1f} MiB/sec).",
                 f"\tIndexed {self.map_records} records in {self.map_seconds:.1f} seconds "
                 f"({100 * self.map_seconds / total:.1f}% of total time)",
                 f"\tBuffer utilization: {100 * self.map_fill:.1f}% "
                 f"({self.map_entries} of {self.map_capacity} keys)",
                 f"\tCleaned {self.records_read} records in {self.clean_seconds:.1f} seconds "
                 f"({100 * self.clean_seconds / total:.1f}% of total time)",
-                f"\tStart size: {self.bytes_read / MB:.1f} MB ({self.records_read} messages, "
+                f"\tStart size: {self.bytes_read / MB:.1f} MiB ({self.records_read} messages, "
                 f"{self.segments_before} segments)",
-                f"\tEnd size: {self.bytes_written / MB:.1f} MB ({self.records_retained} "
+                f"\tEnd size: {self.bytes_written / MB:.1f} MiB ({self.records_retained} "
                 f"messages, {self.segments_after} segments)",
                 f"\t{100 * reduction:.1f}% size reduction ({100 * fewer:.1f}% fewer messages, "
                 f"{self.tombstones_removed} tombstones removed)",

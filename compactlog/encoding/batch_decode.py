@@ -46,6 +46,7 @@ class Record(NamedTuple):
 
     @property
     def is_tombstone(self) -> bool:
+        """Whether the record deletes its key (its value is ``None``)."""
         return self.value is None
 
 
@@ -77,14 +78,17 @@ class RecordBatch:
 
     @property
     def base_offset(self) -> int:
+        """The offset of the batch's first record."""
         return self.header.base_offset
 
     @property
     def next_offset(self) -> int:
+        """The offset after the batch's last record."""
         return self.header.next_offset
 
     @property
     def size_bytes(self) -> int:
+        """The batch's length on disk, header included."""
         return self.header.length
 
     @staticmethod
@@ -94,12 +98,15 @@ class RecordBatch:
         return starts.tolist(), ends.tolist()
 
     def keys(self) -> list[bytes | None]:
+        """Every record's key, in offset order (``None`` for a null key)."""
         return _split(self.keys_blob, self.key_lengths)
 
     def values(self) -> list[bytes | None]:
+        """Every record's value, in offset order (``None`` for a tombstone)."""
         return _split(self.values_blob, self.value_lengths)
 
     def headers(self) -> list[dict[str, bytes] | None]:
+        """Every record's headers, in offset order (``None`` for a record with none)."""
         if self.header_lengths is None or self.headers_blob is None:
             return [None] * len(self)
         blob = bytes(self.headers_blob)

@@ -2,10 +2,12 @@
 
 Digests
     Every key is reduced to a 128-bit digest, two ``uint64`` lanes ``(hi, lo)``. Keys of at
-    most :data:`VECTOR_KEY_BYTES` bytes are hashed for a whole batch at once with numpy: keys
-    of the same word count are laid out as a zero-padded ``(n, words)`` matrix of
-    little-endian ``uint64`` words and each lane runs ``h = mix((h ^ word) * C)`` over the
-    columns (a key of ``w`` words is mixed exactly ``w`` times, never more), then a
+    most :data:`VECTOR_KEY_BYTES` bytes are hashed for a whole batch at once with numpy, as
+    zero-padded little-endian ``uint64`` words: keys of one length as a ``(n, words)``
+    matrix, keys of varied lengths gathered a column at a time from the blob at each key's
+    start (:class:`_Gathered`, in the same few numpy calls per column: no grouping or Python
+    step per key). Each lane runs ``h = mix((h ^ word) * C)`` over the columns (a key of
+    ``w`` words is mixed exactly ``w`` times, never more), then a
     ``fmix64`` finaliser (MurmurHash3's). The key length seeds both lanes, so ``b"a"`` and
     ``b"a\\0"`` differ. Every step is a bijection of ``h``, so two keys of equal length that
     differ in one word never collide in a lane; otherwise a lane behaves like a random
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -58,6 +61,7 @@ _S33 = _U64(33)
 
 
 HASH_BLOCK = 16384  # keys hashed per block: the lanes and scratch stay in the CPU cache
+Words = Callable[[int, int, int, np.ndarray], None]  # (column, first key, end, out)
 
 
 def _fmix(h: np.ndarray, tmp: np.ndarray) -> None:
@@ -70,20 +74,26 @@ def _fmix(h: np.ndarray, tmp: np.ndarray) -> None:
     h ^= tmp
 
 
-def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Both lanes over a ``(n, w)`` uint64 word matrix of zero-padded keys.
+def _hash_words(words: Words, lengths: np.ndarray, uniform: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Both lanes over keys given as little-endian ``uint64`` words.
 
-    Lane 1: ``h = (h ^ w) * C1; h ^= h >> 32``; lane 2: ``h = (h + w) * C2; h ^= h >> 29;
-    h ^= h >> 31``, both seeded with the length and finished with ``fmix64``. Computed in
-    blocks of :data:`HASH_BLOCK` keys with scratch arrays, so no temporary outgrows the
-    cache.
+    ``words(column, start, end, out)`` fills ``out`` with word ``column`` of keys
+    ``start..end`` (zero-padded past a key's end). Lane 1: ``h = (h ^ w) * C1; h ^= h >> 32``;
+    lane 2: ``h = (h + w) * C2; h ^= h >> 29; h ^= h >> 31``, both seeded with the length
+    and finished with ``fmix64``. A key of ``k`` words is mixed ``k`` times: keys with fewer
+    words keep their lanes while longer ones take a column (``uniform``: all keys have the
+    same length, so none waits). Computed in blocks of :data:`HASH_BLOCK` keys with scratch
+    arrays, so no temporary outgrows the cache.
     """
-    n, width = words.shape
+    n = len(lengths)
     hi = np.empty(n, dtype=np.uint64)
     lo = np.empty(n, dtype=np.uint64)
     block = min(n, HASH_BLOCK)
     word = np.empty(block, dtype=np.uint64)
     tmp = np.empty(block, dtype=np.uint64)
+    new1 = np.empty(block, dtype=np.uint64)
+    new2 = np.empty(block, dtype=np.uint64)
+    counts = np.maximum((lengths + 7) >> 3, 1)
     for start in range(0, n, block):
         end = min(start + block, n)
         size = end - start
@@ -96,18 +106,28 @@ def _hash_words(words: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.
         h1 ^= _SEED1
         np.multiply(w, _C2, out=h2)
         h2 ^= _SEED2
-        for column in range(width):
-            np.copyto(w, words[start:end, column])
-            h1 ^= w
-            h1 *= _C1
-            np.right_shift(h1, _S32, out=t)
-            h1 ^= t
-            h2 += w
-            h2 *= _C2
-            np.right_shift(h2, _S29, out=t)
-            h2 ^= t
-            np.right_shift(h2, _S31, out=t)
-            h2 ^= t
+        block_counts = counts[start:end]
+        fewest = int(block_counts[0]) if uniform else int(block_counts.min())
+        most = fewest if uniform else int(block_counts.max())
+        for column in range(most):
+            words(column, start, end, w)
+            every = column < fewest  # (else some keys are done: mix into scratch lanes)
+            a = h1 if every else new1[:size]
+            b = h2 if every else new2[:size]
+            np.bitwise_xor(h1, w, out=a)
+            a *= _C1
+            np.right_shift(a, _S32, out=t)
+            a ^= t
+            np.add(h2, w, out=b)
+            b *= _C2
+            np.right_shift(b, _S29, out=t)
+            b ^= t
+            np.right_shift(b, _S31, out=t)
+            b ^= t
+            if not every:
+                active = block_counts > column
+                np.copyto(h1, a, where=active)
+                np.copyto(h2, b, where=active)
         _fmix(h1, t)
         _fmix(h2, t)
     return hi, lo
@@ -142,6 +162,70 @@ def key_digest_hi(key: bytes) -> int:
     return h ^ (h >> 33)
 
 
+_TAIL_MASKS = np.array(
+    [0, *((1 << (8 * r)) - 1 for r in range(1, 8)), (1 << 64) - 1], dtype=np.uint64
+)  # by bytes of a key left in a word, clipped to 0..8
+
+
+class _Gathered:
+    """:func:`_hash_words`'s ``words`` for keys of any lengths at ``starts`` of ``raw``.
+
+    A block's bytes are copied once into an 8-byte aligned scratch buffer with zeros after
+    them; a key's word at byte ``8 * i + r`` is two aligned gathers, the first word shifted
+    down ``8 * r`` bits and the second up ``64 - 8 * r`` bits, ORed, then masked to the bytes
+    left in the key (two aligned gathers cost far less than one of unaligned words; figures
+    in docs/benchmarks.md, "Scale").
+    """
+
+    def __init__(self, raw: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
+        self.raw, self.starts, self.sizes = raw, starts, sizes
+        self.block = -1  # the first key of the block in ``words``
+        self.words = np.empty(0, "<u8")  # the block's bytes, from ``base``
+        self.base = 0  # the block's first byte in ``raw``, rounded down to a multiple of 8
+        block = min(len(starts), HASH_BLOCK)
+        self.first = np.empty(block, np.int64)  # each key's first word in ``words``
+        self.index = np.empty(block, np.int64)
+        self.down = np.empty(block, np.uint64)  # 8 * r
+        self.up = np.empty(block, np.uint64)  # 63 - 8 * r (then one more: 64 is no shift)
+        self.high = np.empty(block, np.uint64)
+        self.left = np.empty(block, np.int64)
+
+    def _load(self, start: int, end: int) -> None:
+        size = end - start
+        starts = self.starts[start:end]
+        base = int(starts[0]) & ~7
+        stop = int(starts[-1] + self.sizes[end - 1])
+        words = np.zeros((stop - base) // 8 + 2 + VECTOR_KEY_BYTES // 8, dtype="<u8")
+        words.view(np.uint8)[: stop - base] = self.raw[base:stop]
+        offsets = self.left[:size]
+        np.subtract(starts, base, out=offsets)
+        np.right_shift(offsets, 3, out=self.first[:size])
+        offsets &= 7
+        offsets <<= 3
+        np.copyto(self.down[:size], offsets, casting="unsafe")
+        np.subtract(_U64(63), self.down[:size], out=self.up[:size])
+        self.words, self.block, self.base = words, start, base
+
+    def __call__(self, column: int, start: int, end: int, out: np.ndarray) -> None:
+        if self.block != start:
+            self._load(start, end)
+        size = end - start
+        index, high = self.index[:size], self.high[:size]
+        np.add(self.first[:size], column, out=index)
+        np.take(self.words, index, out=out)
+        out >>= self.down[:size]
+        index += 1
+        np.take(self.words, index, out=high)
+        high <<= _U64(1)
+        high <<= self.up[:size]
+        out |= high
+        left = self.left[:size]
+        np.subtract(self.sizes[start:end], 8 * column, out=left)
+        if int(left.min()) < 8:
+            np.clip(left, 0, 8, out=left)
+            out &= _TAIL_MASKS[left]
+
+
 def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """128-bit digests ``(hi, lo)`` of the keys laid end to end in ``blob``.
 
@@ -149,46 +233,36 @@ def key_digests(blob: bytes | memoryview, lengths: np.ndarray) -> tuple[np.ndarr
     callers keep keyless records out of the map.
     """
     n = len(lengths)
-    hi = np.empty(n, dtype=np.uint64)
-    lo = np.empty(n, dtype=np.uint64)
     if n == 0:
-        return hi, lo
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
     raw = np.frombuffer(blob, dtype=np.uint8)
     sizes = np.maximum(lengths, 0).astype(np.int64)
     first = int(sizes[0])
     if first <= VECTOR_KEY_BYTES and bool((sizes == first).all()):
-        width = (first + 7) // 8
-        if width == 0:
-            return _hash_words(np.zeros((n, 1), np.uint64), sizes)
+        width = max((first + 7) // 8, 1)
         matrix = raw[: n * first].reshape(n, first)
-        if first % 8:
-            padded = np.zeros((n, width * 8), dtype=np.uint8)
-            padded[:, :first] = matrix
-            matrix = padded
-        else:
-            matrix = np.ascontiguousarray(matrix)
-        return _hash_words(matrix.view("<u8"), sizes)
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
+        if first % 8 or first == 0:
+            matrix = np.zeros((n, width * 8), dtype=np.uint8)
+            matrix[:, :first] = raw[: n * first].reshape(n, first)
+        columns = np.ascontiguousarray(matrix).view("<u8")
+        return _hash_words(
+            lambda column, start, end, out: np.copyto(out, columns[start:end, column]),
+            sizes,
+            True,
+        )
+    starts = np.cumsum(sizes) - sizes
     short = sizes <= VECTOR_KEY_BYTES
-    word_counts = np.maximum((sizes + 7) // 8, 1)
-    for width in np.unique(word_counts[short]).tolist():
-        index = np.flatnonzero(short & (word_counts == width))
-        s_sizes = sizes[index]
-        columns = np.arange(width * 8, dtype=np.int64)
-        positions = starts[index][:, None] + columns[None, :]
-        inside = columns[None, :] < s_sizes[:, None]
-        np.minimum(positions, max(len(raw) - 1, 0), out=positions)
-        matrix = raw[positions] if len(raw) else np.zeros(positions.shape, np.uint8)
-        matrix[~inside] = 0
-        h1, h2 = _hash_words(np.ascontiguousarray(matrix).view("<u8"), s_sizes)
-        hi[index] = h1
-        lo[index] = h2
+    if bool(short.all()):
+        return _hash_words(_Gathered(raw, starts, sizes), sizes, False)
+    hi = np.empty(n, dtype=np.uint64)
+    lo = np.empty(n, dtype=np.uint64)
+    index = np.flatnonzero(short)
+    if len(index):
+        s_starts, s_sizes = starts[index], sizes[index]
+        hi[index], lo[index] = _hash_words(_Gathered(raw, s_starts, s_sizes), s_sizes, False)
     view = memoryview(blob)
     for i in np.flatnonzero(~short).tolist():
-        a, b = _blake(bytes(view[int(starts[i]) : int(ends[i])]))
-        hi[i] = a
-        lo[i] = b
+        hi[i], lo[i] = _blake(bytes(view[int(starts[i]) : int(starts[i] + sizes[i])]))
     return hi, lo
 
 

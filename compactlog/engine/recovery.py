@@ -54,6 +54,8 @@ from ..storage.head import (
     encode_head,
     read_head,
     read_sync_point,
+    register_writer,
+    release_writer,
     try_lock_exclusive,
     unlock,
 )
@@ -351,6 +353,7 @@ class RepairReport:
 
     @property
     def clean(self) -> bool:
+        """Whether the repair found nothing to fix."""
         return not self.fixes
 
     def __str__(self) -> str:
@@ -364,7 +367,9 @@ def repair(
 ) -> RepairReport:
     """``jlogctl repair``: fix what can be fixed without deleting a valid batch.
 
-    Stop writers first (the writers' lock is taken, so concurrent appends wait).
+    Stop writers first (the writers' lock is taken, so concurrent appends wait; a log an
+    ``exclusive=True`` writer holds is refused at once with :class:`LogLockedError` naming
+    its pid, as that writer keeps the lock for as long as it runs).
     ``open_passes(directory)`` opens the log for writing, runs the open-time passes and
     returns their report (``compactlog.repair`` passes one: this module is below ``log.py``).
     """
@@ -391,6 +396,16 @@ def repair(
         raise LogLockedError(
             "a cleaner is working on this log; stop it before repair", path=directory
         )
+    try:
+        # refused at once while an exclusive writer lives (it holds ``.lock`` for good, so
+        # the flock below would wait for as long as it runs), naming its pid
+        writers_fd = register_writer(
+            directory, os.path.join(directory, filenames.WRITERS_LOCK), exclusive=False
+        )
+    except BaseException:
+        unlock(cleaner_fd)
+        os.close(cleaner_fd)
+        raise
     lock_fd = os.open(
         os.path.join(directory, filenames.WRITER_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
     )
@@ -484,6 +499,7 @@ def repair(
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
+        release_writer(writers_fd, exclusive=False)
         unlock(cleaner_fd)
         os.close(cleaner_fd)
     return report

@@ -75,6 +75,7 @@ class SnapshotFile:
     linked: bool  # a hard link to the source's file (else a copy)
 
     def to_json(self) -> dict[str, Any]:
+        """The file's entry in ``snapshot.json``."""
         return {"name": self.name, "size": self.size, "crc32c": self.crc32c, "linked": self.linked}
 
 
@@ -94,13 +95,16 @@ class Snapshot:
 
     @property
     def total_bytes(self) -> int:
+        """The bytes of every file of the snapshot."""
         return sum(f.size for f in self.files)
 
     @property
     def linked_files(self) -> int:
+        """How many files are hard links to the source log's (closed segments)."""
         return sum(1 for f in self.files if f.linked)
 
     def to_json(self) -> dict[str, Any]:
+        """The manifest, ``snapshot.json``, as a JSON-ready dict."""
         return {
             "magic": MANIFEST_MAGIC,
             "manifest_version": MANIFEST_VERSION,

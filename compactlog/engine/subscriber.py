@@ -231,6 +231,8 @@ class Subscriber:
 
     @property
     def durable(self) -> bool:
+        """Whether this subscriber commits its position to a checkpoint file under its name
+        (``log.subscribe(name)``) so that it resumes there; ``False`` for a transient one."""
         return not self.transient
 
     @property
@@ -254,6 +256,7 @@ class Subscriber:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (reads then raise ``LogClosedError``)."""
         return self._closed
 
     # -- public operations ----------------------------------------------------------------

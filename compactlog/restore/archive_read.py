@@ -6,9 +6,9 @@ Planning (on the driver's planning worker) chooses the manifest (the newest, or 
 (``compactlog/archive/pins.py``), fetches the dirty section's segments to build the
 latest-per-key map, and cuts partitions along the manifest's segments. Each task fetches
 the segments its offsets need from the store itself, into a cache directory local to its
-executor (``$TMPDIR/compactlog-archive-cache``), and reads them with the library's own
-reader. Credentials come from each process's environment (``AWS_*``, ...): the plan
-carries the URL and the manifest, never a secret.
+executor (``$TMPDIR/compactlog-archive-cache``, bounded: ``archive_cache.py``), and reads
+them with the library's own reader. Credentials come from each process's environment
+(``AWS_*``, ...): the plan carries the URL and the manifest, never a secret.
 """
 
 from __future__ import annotations
@@ -140,30 +140,42 @@ def partitions(read: ArchiveRead, start: int, end: int, wanted: int | None) -> l
 
 
 def materialize(read: ArchiveRead, start: int, end: int) -> str:
-    """A local directory holding every segment that ``[start, end)`` needs (fetched once
-    per executor and manifest, checked, written whole before it appears under its name)."""
+    """A local directory holding every segment that ``[start, end)`` needs: links into the
+    executor's bounded cache (``archive_cache.py``), where each segment is fetched once,
+    checked, and written whole before it appears under its name, and shared by every
+    manifest that names it unchanged."""
     from ..archive import local, open_store
     from ..archive.restore import fetch_object
+    from . import archive_cache
 
-    digest = hashlib.sha256(read.url.encode()).hexdigest()[:16]
-    directory = os.path.join(tempfile.gettempdir(), CACHE_NAME, digest, str(read.sequence))
+    cache_root = os.path.join(tempfile.gettempdir(), CACHE_NAME)
+    archive_root = os.path.join(cache_root, hashlib.sha256(read.url.encode()).hexdigest()[:16])
+    directory = os.path.join(archive_root, str(read.sequence))
     os.makedirs(directory, exist_ok=True)
+    archive_cache.touch(directory)
     store = None
     bases = [s.base for s in read.segments]
     for i, segment in enumerate(read.segments):
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         if (next_base is not None and next_base <= start) or segment.base >= end:
             continue
-        path = os.path.join(directory, local.segment_file_name(segment.base))
-        if os.path.exists(path) and os.path.getsize(path) == segment.size:
-            continue
-        store = store or open_store(read.url)
-        part = f"{path}.{os.getpid()}.part"
-        with open(part, "wb") as handle:
-            for ref in segment.objects:
-                handle.seek(ref.start)
-                handle.write(fetch_object(store, ref))
-        os.replace(part, path)
+
+        def fill(part: str, segment: ArchiveSegment = segment) -> None:
+            nonlocal store
+            store = store or open_store(read.url)
+            with open(part, "wb") as handle:
+                for ref in segment.objects:
+                    handle.seek(ref.start)
+                    handle.write(fetch_object(store, ref))
+
+        archive_cache.link_segment(
+            archive_root,
+            directory,
+            local.segment_file_name(segment.base),
+            archive_cache.shared_name(segment.base, segment.size, segment.crc32c),
+            fill,
+        )
+    archive_cache.evict(cache_root, keep=directory)
     return directory
 
 

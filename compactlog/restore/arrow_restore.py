@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..errors import ConfigError
 from .ddl import arrow_schema
 from .options import ReadOptions, schema_ddl
 from .plan import plan_read, read_partition
+from .progress import OffsetMeter, RestoreCallback, logger
 
 ARROW_FORMATS = ("parquet", "orc", "csv")
 PART_FILE = "part-00000"
@@ -50,20 +52,34 @@ def restore_schema(value_format: str, value_schema: str | None) -> pa.Schema:
     return arrow_schema(schema_ddl(options))
 
 
-def write_arrow_table(read: ReadOptions, directory: str, format: str) -> int:
+def write_arrow_table(
+    read: ReadOptions, directory: str, format: str, progress: RestoreCallback | None = None
+) -> int:
     """Write the latest state of the snapshot ``read.path``, read with ``read``, into
-    ``directory`` (which it creates); returns the rows written."""
+    ``directory`` (which it creates); returns the rows written. ``progress`` gets the
+    ``"write"`` phase's events (:mod:`compactlog.restore.progress`)."""
     check_arrow_format(format)
     schema = restore_schema(read.value_format, read.value_schema)
     layout = Layout(schema, read.value_format)
     layout.check()
+    started = time.monotonic()
     plan = plan_read(read)
+    logger.info(
+        "restore: planned offsets %d to %d in %d partitions (%d keys in the dirty section), %.1f s",
+        plan.start,
+        plan.end,
+        len(plan.partitions),
+        plan.dirty_keys,
+        time.monotonic() - started,
+    )
     os.makedirs(directory)
     path = os.path.join(directory, f"{PART_FILE}.{format}")
     writer = _open_writer(format, path, csv_schema(schema) if format == "csv" else schema)
+    meter = OffsetMeter(progress, "write", sum(p.end - p.start for p in plan.partitions))
     rows = 0
     try:
         for partition in plan.partitions:
+            covered = partition.start
             for columns, keep in read_partition(plan, partition):
                 batch = to_arrow(columns, keep, layout)
                 if format == "csv":
@@ -71,10 +87,16 @@ def write_arrow_table(read: ReadOptions, directory: str, format: str) -> int:
                 else:  # the ORC writer takes tables only
                     writer.write(pa.Table.from_batches([batch]))
                 rows += batch.num_rows
+                last = int(columns.offsets[-1]) + 1
+                meter.add(last - covered)
+                covered = last
+            meter.add(partition.end - covered)
         if not rows and format == "orc":  # an ORC file's schema comes with its first write
             writer.write(schema.empty_table())
     finally:
         writer.close()
+    meter.finish()
+    logger.info("restore: wrote %d rows to %s", rows, path)
     return rows
 
 

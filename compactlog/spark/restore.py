@@ -14,6 +14,10 @@ every format Spark writes) and ``arrow`` (:mod:`compactlog.restore.arrow_restore
 same rows and columns from this process, no JVM, Parquet, ORC and CSV). ``auto``
 (:func:`choose_engine`) takes Arrow unless the job needs Spark or the snapshot is large for
 this machine's memory.
+
+Progress: each phase (the snapshot, the engine chosen, the engine's job, the rename into
+place) is a line of the ``compactlog.restore`` logger at INFO, with its time; the Arrow
+engine's long read also calls ``on_progress`` (:mod:`compactlog.restore.progress`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 from ..engine.snapshot import is_snapshot, read_manifest, take_snapshot
 from ..errors import ConfigError
 from ..restore.options import ReadOptions, declared_value_format, json_schema_problem, read_as
+from ..restore.progress import RestoreCallback, logger
 from ..storage.fsio import fsync_dir, fsync_file
 
 RESULT_FILE = "_compactlog.json"
@@ -104,6 +109,7 @@ def restore(
     progress: bool | None = None,
     allow_inexact: bool = False,
     engine: str = "auto",
+    on_progress: RestoreCallback | None = None,
 ) -> RestoreResult:
     """Write the latest state of the log (or snapshot, or archive URL) at ``path`` to
     ``output``.
@@ -114,7 +120,8 @@ def restore(
     ``valueFormat`` does (``options.declared_value_format``). ``engine``: ``"arrow"``,
     ``"spark"`` or ``"auto"`` (:func:`choose_engine`). ``spark``: a session to use (else a
     local one on ``master``, default ``local[*]``). ``progress``: Spark's stage progress bar
-    (default: on a terminal).
+    (default: on a terminal). ``on_progress``: called with the Arrow engine's
+    :class:`~compactlog.restore.progress.RestoreStep` events while it reads the snapshot.
     """
     started = time.perf_counter()
     output = os.path.abspath(os.fspath(output))
@@ -122,7 +129,17 @@ def restore(
     from ..restore.archive_read import is_archive_url
 
     if is_archive_url(os.fspath(path)):
-        job = _Job(format, as_of, value_format, value_schema, master, partitions, spark, progress)
+        job = _Job(
+            format,
+            as_of,
+            value_format,
+            value_schema,
+            master,
+            partitions,
+            spark,
+            progress,
+            on_progress,
+        )
         return _restore_archive(os.fspath(path), output, job, engine, started)
     source = os.path.abspath(os.fspath(path))
     if value_format is None:
@@ -149,6 +166,13 @@ def restore(
     try:
         manifest = read_manifest(snapshot_dir)
         result.snapshot_seconds = time.perf_counter() - started
+        logger.info(
+            "restore: snapshot of %s to offset %d (%d bytes), %.1f s",
+            source,
+            manifest.end_offset,
+            manifest.total_bytes,
+            result.snapshot_seconds,
+        )
         result.end_offset = (
             manifest.end_offset if as_of is None else min(as_of, manifest.end_offset)
         )
@@ -172,7 +196,7 @@ def restore(
             value_schema=value_schema,
             num_partitions=partitions,
         )
-        fill = _engine_fill(engine, read, format, spark, master, progress)
+        fill = _engine_fill(engine, read, format, spark, master, progress, on_progress)
         result.rows = _replace_output(output, fill, result, started, engine_started)
     finally:
         if own_snapshot:
@@ -193,6 +217,7 @@ class _Job:
     partitions: int | None
     spark: Any
     progress: bool | None
+    on_progress: RestoreCallback | None = None
 
 
 def _restore_archive(
@@ -271,8 +296,17 @@ def _restore_archive(
                 restore_log(store, target, sequence=manifest.sequence)
                 read = replace(read, path=target, archive_sequence=None)
                 result.snapshot_seconds = time.perf_counter() - started
+                logger.info(
+                    "restore: manifest %d of %s fetched (%d bytes), %.1f s",
+                    manifest.sequence,
+                    url,
+                    manifest.total_bytes,
+                    result.snapshot_seconds,
+                )
                 engine_started = time.perf_counter()
-            fill = _engine_fill(engine, read, job.format, job.spark, job.master, job.progress)
+            fill = _engine_fill(
+                engine, read, job.format, job.spark, job.master, job.progress, job.on_progress
+            )
             result.rows = _replace_output(output, fill, result, started, engine_started)
     result.seconds = time.perf_counter() - started
     return result
@@ -319,13 +353,17 @@ def _engine_fill(
     spark: Any,
     master: str | None,
     progress: bool | None,
+    on_progress: RestoreCallback | None = None,
 ) -> Callable[[str], int]:
     """``fill(directory) -> rows``: the engine writing the table that ``read`` reads."""
+    logger.info("restore: the %s engine writes %s", engine, format)
     if engine == "arrow":
         from ..restore.arrow_restore import write_arrow_table
 
-        return lambda directory: write_arrow_table(read, directory, format)
+        return lambda directory: write_arrow_table(read, directory, format, on_progress)
+    started = time.perf_counter()
     session = spark if spark is not None else _session(master, progress)
+    logger.info("restore: Spark session ready, %.1f s", time.perf_counter() - started)
     return lambda directory: _write_with_spark(session, read, directory, format)
 
 
@@ -454,6 +492,12 @@ def _replace_output(
     shutil.rmtree(temp, ignore_errors=True)
     try:
         rows = fill(temp)  # step 1
+        logger.info(
+            "restore: %s engine wrote %d rows, %.1f s",
+            result.engine,
+            rows,
+            time.perf_counter() - engine_started,
+        )
         for name in os.listdir(temp):  # step 2
             fsync_file(os.path.join(temp, name))
         fsync_dir(temp)
@@ -472,6 +516,7 @@ def _replace_output(
             os.rename(output, old)
         os.rename(temp, output)  # step 4
         fsync_dir(os.path.dirname(output))
+        logger.info("restore: %s in place", output)
         if old is not None:  # step 5
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:

@@ -42,9 +42,10 @@ def check_spark_available() -> None:
 def register(spark: Any) -> None:
     """Register the ``compactlog`` data source with ``spark`` (a ``SparkSession``).
 
-    Only needed where auto-registration cannot see the ``pyspark_compactlog`` module (for
-    example an environment whose Python workers do not have compactlog installed on the
-    default path); registering twice is harmless.
+    Only needed where Spark's discovery cannot see the ``pyspark_compactlog`` module (Spark
+    then answers ``[DATA_SOURCE_NOT_FOUND]``): compactlog importable only through
+    ``PYTHONPATH``, ``--py-files`` or another installer's import hook. A wheel or an editable
+    install is found with no call. Registering twice is harmless.
     """
     from .source import CompactLogDataSource
 

@@ -333,7 +333,8 @@ def register_writer(directory: str, lock_path: str, *, exclusive: bool) -> int:
             ) from None
         raise LogLockedError(
             "this log is open for writing with exclusive=True by another process "
-            f"({holder or 'pid unknown'}); it must close before others can write",
+            f"({holder or 'pid unknown'}); no other process can write, compact or repair it "
+            "until that writer closes (it compacts in its own process: log.compact())",
             path=directory,
         ) from None
 

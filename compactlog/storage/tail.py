@@ -65,7 +65,7 @@ class Tail(NamedTuple):
     first_ts: int | None  # the first batch's max timestamp (segment_ms counts from it)
     last_index_pos: int  # the position the last index entry names (HEADER_SIZE: none)
     cuts: list[tuple[str, int, int]]  # (file, byte, bytes) cut off, each logged
-    rebuilt_index: bool
+    rebuilt_index: bool  # an existing index disagreed with the segment (a new one is made)
 
 
 def open_newest_tail(
@@ -190,7 +190,7 @@ def open_newest_tail(
         first_ts,
         last_index_pos,
         cuts,
-        rebuilt,
+        rebuilt and not created,  # (a new segment's index is made, not rebuilt)
     )
 
 

@@ -25,7 +25,7 @@ from ..storage.logdirs import check_log_or_partitioned, is_partitioned, list_par
 from .table_async import AppliedWaiters, open_in_thread
 from .table_disk import DiskStore
 from .table_identity import FOREIGN_STATE_POLICIES
-from .table_keys import KeyCodec
+from .table_keys import KeyCodec, missing_key
 from .table_memory import Change, MemoryStore, merged
 from .table_part import POLL_WAIT_S, Part, RestoreProgress, log_bytes
 
@@ -354,9 +354,11 @@ class Table(Mapping[Any, Any]):
                 value = part.store.get(key, _ABSENT)
                 if value is not _ABSENT:
                     return value
-        raise KeyError(key)
+            label = self._parts[0].key.label
+        raise missing_key(key, label)
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` when the table has no such key."""
         try:
             return self[key]
         except KeyError:
@@ -394,9 +396,13 @@ class Table(Mapping[Any, Any]):
                 part.thaw()
 
     def keys(self, start: Any = None, stop: Any = None, *, prefix: Any = None) -> Any:  # type: ignore[override]
+        """The keys in key order: all, those with ``start <= key < stop``, or those that
+        start with ``prefix`` (bytes or str keys), as of one offset (see :meth:`items`)."""
         return (key for key, _value in self.items(start, stop, prefix=prefix))
 
     def values(self, start: Any = None, stop: Any = None, *, prefix: Any = None) -> Any:  # type: ignore[override]
+        """The values in their keys' order: all, those of keys with ``start <= key < stop``,
+        or of keys that start with ``prefix``, as of one offset (see :meth:`items`)."""
         return (value for _key, value in self.items(start, stop, prefix=prefix))
 
     # -- closing ---------------------------------------------------------------------------

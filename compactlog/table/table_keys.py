@@ -71,4 +71,22 @@ class KeyCodec:
         return encoded
 
 
-__all__ = ["KeyCodec"]
+def missing_key(key: Any, label: str) -> KeyError:
+    """The ``KeyError`` of a lookup that found nothing. A key of a type no key of the table
+    has (``table["k"]`` on a table of bytes keys) says which type its keys are, for the
+    built-in formats whose keys have one (``label``: the key format, or ``"custom"``)."""
+    expected = {"bytes": bytes, "str": str}.get(label)
+    if expected is None or isinstance(key, expected):
+        return KeyError(key)
+    hint = ""
+    if isinstance(key, str) and expected is bytes:
+        hint = f"; look it up as {key.encode()!r}"
+    elif isinstance(key, bytes) and expected is str:
+        hint = f"; look it up as {key.decode(errors='replace')!r}"
+    return KeyError(
+        f"{key!r} is a {type(key).__name__}, and this table's keys are {label} "
+        f"(key_format={label!r}){hint}"
+    )
+
+
+__all__ = ["KeyCodec", "missing_key"]

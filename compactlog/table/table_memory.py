@@ -28,6 +28,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from ..encoding.batch_decode import RecordBatch
+from ..encoding.serde import map_decode
 from ..errors import ConfigError, TableFullError
 from .table_frozen import FrozenState
 
@@ -129,26 +130,29 @@ class MemoryStore:
             offsets = batch.offsets.tolist() if changes is not None else None
         raw_keys = keys
         if self.key_deserializer is not None:
-            keys = list(map(self.key_deserializer, keys))
+            keys = map_decode(self.key_deserializer, keys)
         tombstones = bool((batch.value_lengths < 0).any())
         deserialize = self.value_deserializer
         puts = pending.puts
+        decoded = values  # (the present values decoded as one column: no frame per value)
+        if deserialize is not None and tombstones:
+            present = iter(map_decode(deserialize, [v for v in values if v is not None]))
+            decoded = [v if v is None else next(present) for v in values]
+        elif deserialize is not None:
+            decoded = map_decode(deserialize, values)
         if changes is None and self.sizes is None:  # the bulk path: the last record wins
             if tombstones:
                 pending.tombstones = True
-                values = [_REMOVED if v is None else v for v in values]
-                if deserialize is not None:
-                    values = [v if v is _REMOVED else deserialize(v) for v in values]
-            elif deserialize is not None:
-                values = list(map(deserialize, values))
-            puts.update(zip(keys, values, strict=True))
+                decoded = [_REMOVED if v is None else v for v in decoded]
+            puts.update(zip(keys, decoded, strict=True))
             return
         data = self.data
         sizes = self.sizes
         puts_get, data_get = puts.get, data.get  # (bound once: the loop runs per record)
         add = None if changes is None else changes.append
         ats = offsets if offsets is not None else repeat(0, len(keys))
-        for key, raw, raw_key, at in zip(keys, values, raw_keys, ats, strict=True):
+        rows = zip(keys, values, decoded, raw_keys, ats, strict=True)
+        for key, raw, new, raw_key, at in rows:
             old = puts_get(key, _MISSING)
             if old is _MISSING:
                 old = data_get(key, _MISSING)
@@ -164,7 +168,7 @@ class MemoryStore:
                     pending.sizes[key] = 0
                 value = None
             else:
-                value = raw if deserialize is None else deserialize(raw)
+                value = new
                 if sizes is not None:
                     self._grow(pending, key, len(raw_key) + len(raw) + ENTRY_OVERHEAD)
                 puts[key] = value

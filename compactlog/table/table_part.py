@@ -153,11 +153,18 @@ class Part:
             frozen = store.frozen
             if frozen is None:  # another thread built it meanwhile
                 return
+            started = time.monotonic()
             data = frozen.to_dict(stop=lambda: self.table._closing)
             if data is None:
                 return
             with self.table._lock:
                 store.thaw(data)
+            logger.info(
+                "%s: the restored state's dict is built (%d keys), %.1f s",
+                self.log.directory,
+                len(data),
+                time.monotonic() - started,
+            )
 
     def restore(self, rebuild: str | None = None) -> None:
         """Bring the state to the end offset now, then follow from there: a fresh memory
@@ -165,6 +172,7 @@ class Part:
         (why) is given or that offset cannot be trusted. A rebuild is logged and counted."""
         log = self.log
         store = self.store
+        started = time.monotonic()
         overlapped = 0  # restores that retention overlapped
         wiped = False  # a damaged disk state was removed
         while True:
@@ -204,6 +212,13 @@ class Part:
             )
             store.abandon()
         store.commit(end)
+        logger.info(
+            "%s: restored to offset %d (%d keys), %.1f s",
+            log.directory,
+            end,
+            len(store),
+            time.monotonic() - started,
+        )
         with self.table._lock:
             self.store = store
             self.offset = self.settled = end

@@ -16,7 +16,8 @@ class FaultyProxy:
     connections closed), ``reset`` (both reset: RST) or ``delay`` (0.3 s, then forwarded).
     Clients keep connections alive, so faults are drawn per chunk, not per connection.
     ``bytes_per_second`` (with ``fault_rate=0``: a slow link, not a faulty one) paces what
-    each connection sends upstream: a slow upload whose duration tests can bound."""
+    each connection sends upstream: a slow upload whose duration tests can bound. ``down``
+    set: an outage, every chunk dropped."""
 
     def __init__(
         self,
@@ -30,6 +31,7 @@ class FaultyProxy:
         self.bytes_per_second = bytes_per_second
         self.rng = random.Random(seed)
         self.fault_rate = fault_rate
+        self.down = False
         self.faults = 0
         self._lock = threading.Lock()
         self.listener = socket.socket()
@@ -47,6 +49,9 @@ class FaultyProxy:
 
     def _fate(self) -> str | None:
         with self._lock:
+            if self.down:  # an outage: every request dropped until it is cleared
+                self.faults += 1
+                return "drop"
             if self.rng.random() >= self.fault_rate:
                 return None
             self.faults += 1

@@ -151,7 +151,7 @@ def caught_up(store, end: int, archiver: subprocess.Popen, timeout: float = 120)
 
 def _run_archiver(log: Path, url: str, log_file) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(BIN), "archive", "run", str(log), url, "--interval", "0.05s", "--retention", "0s"],
+        [str(BIN), "archive", "run", str(log), url, "--interval", "0.1s", "--retention", "0s"],
         stdout=log_file,
         stderr=subprocess.STDOUT,
     )
