@@ -31,7 +31,7 @@ def verify(path: str, as_json: bool) -> int:
     """
     from compactlog.engine.snapshot import MANIFEST, is_snapshot, verify_manifest
     from compactlog.errors import CompactLogError
-    from compactlog.storage.state_files import REPLICA_ADVICE, replica_lock, replica_of
+    from compactlog.storage.state_files import REPLICA_ADVICE, replica_of, replica_quiet
 
     from .common import writer_holders
     from .scan import verify_log
@@ -41,7 +41,7 @@ def verify(path: str, as_json: bool) -> int:
     if replica is None:
         report = verify_log(directory, writers_active=bool(writer_holders(directory)))
     else:
-        with replica_lock(directory, shared=True):  # (never a half-applied manifest)
+        with replica_quiet(directory):  # (never a half-applied manifest)
             report = verify_log(directory, replica=True)
         report.notes.append(
             f"a replica of {replica.get('url')} (manifest {replica.get('sequence')}): "

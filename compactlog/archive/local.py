@@ -275,7 +275,7 @@ def replica_lock(directory: str) -> AbstractContextManager[None]:
     """Held while the follower applies a manifest (``state_files.replica_lock``)."""
     from ..storage.state_files import replica_lock as lock
 
-    return lock(directory, shared=False)
+    return lock(directory)
 
 
 def fsync_directory(directory: str) -> None:

@@ -228,15 +228,36 @@ REPLICA_ADVICE = (
 
 
 @contextmanager
-def replica_lock(directory: str, *, shared: bool) -> Iterator[None]:
-    """The replica's ``flock`` (``.archive-follow.lock``): the follower holds it exclusively
-    while it applies a manifest, ``compactlog verify`` shared, so that it never checks a
-    half-applied replica (a merged rewrite beside the segment it replaces looks like an
-    overlap)."""
+def replica_lock(directory: str) -> Iterator[None]:
+    """The replica's ``flock`` (``.archive-follow.lock``), exclusive: the follower holds it
+    while it applies a manifest, so that no reader holding :func:`replica_quiet` sees a
+    half-applied one (a merged rewrite beside the segment it replaces, cleaned rewrites
+    under a cleaner point not written yet)."""
     from .lockfile import lock, release
 
-    fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, shared=shared)
+    fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, note="archive follow")
     try:
         yield
     finally:
         release(fd)
+
+
+@contextmanager
+def replica_quiet(directory: str) -> Iterator[None]:
+    """While held, the follower of the replica ``directory`` applies no manifest (the
+    replica lock, shared): a reader that needs one consistent state of the files (a
+    table's restore, ``verify``) holds it. Nothing on a log that is no replica, or when
+    this process cannot take the lock (a read-only mount): it then reads as without."""
+    from .lockfile import lock, release
+
+    fd = -1
+    if replica_of(directory) is not None:
+        try:
+            fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, shared=True)
+        except OSError:
+            fd = -1
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            release(fd)

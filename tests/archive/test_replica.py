@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +24,7 @@ from compactlog.archive import follow as follow_module
 from compactlog.archive import open_store
 from compactlog.archive.follow import Follower
 from compactlog.archive.prune import prune
+from compactlog.engine import latest
 from compactlog.storage.state_files import replica_lock
 
 from ..test_cli import SCRIPT, run
@@ -203,7 +205,7 @@ def test_verify_waits_for_the_follower_to_finish_applying(tmp_path):
     run("archive", "follow", url, replica, "--once")
     second = sorted(p for p in replica.iterdir() if p.suffix == ".log")[1]
     beside = replica / f"{int(second.stem) + 1:020d}.log"  # overlapping, as mid-apply
-    with replica_lock(str(replica), shared=False):
+    with replica_lock(str(replica)):
         shutil.copy(second, beside)
         verifying = subprocess.Popen(
             [SCRIPT, "verify", str(replica)], stdout=subprocess.PIPE, text=True
@@ -213,3 +215,34 @@ def test_verify_waits_for_the_follower_to_finish_applying(tmp_path):
         beside.unlink()
     out, _ = verifying.communicate(timeout=60)
     assert verifying.returncode == 0 and "overlaps" not in out
+
+
+def test_a_table_restored_while_the_follower_applies_is_exact(monkeypatch):
+    """The follower applies a manifest with a cleaning pass's rewrites between the end a
+    table's restore reads and the segments it reads: the restore holds the replica lock,
+    so the follower waits, and the state at the offset the table reports is exact."""
+    machine = ReplicaMachine()
+    try:
+        rng = random.Random(3)
+        machine.model.append(machine.log, rng, 40, keys=25)
+        machine.compact()
+        machine.push()
+        machine.follow()
+        machine.model.append(machine.log, rng, 40, keys=25)
+        machine.compact()
+        machine.push()
+        opened = latest._OpenSegments.__init__
+        applying = threading.Thread(target=machine.follower.step)
+
+        def open_segments(self, *args, **kwargs):
+            monkeypatch.setattr(latest._OpenSegments, "__init__", opened)
+            applying.start()
+            applying.join(timeout=0.5)  # (it waits for the restore: the replica lock)
+            opened(self, *args, **kwargs)
+
+        monkeypatch.setattr(latest._OpenSegments, "__init__", open_segments)
+        with compactlog.Table(machine.replica, follow=False, raw=True) as table:
+            assert dict(table.items()) == machine.model.state(table.offset)
+        applying.join()
+    finally:
+        machine._close()
