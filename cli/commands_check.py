@@ -31,12 +31,22 @@ def verify(path: str, as_json: bool) -> int:
     """
     from compactlog.engine.snapshot import MANIFEST, is_snapshot, verify_manifest
     from compactlog.errors import CompactLogError
+    from compactlog.storage.state_files import REPLICA_ADVICE, replica_of, replica_quiet
 
     from .common import writer_holders
     from .scan import verify_log
 
     directory = log_dir(path, meta_optional=True)
-    report = verify_log(directory, writers_active=bool(writer_holders(directory)))
+    replica = replica_of(directory)
+    if replica is None:
+        report = verify_log(directory, writers_active=bool(writer_holders(directory)))
+    else:
+        with replica_quiet(directory):  # (never a half-applied manifest)
+            report = verify_log(directory, replica=True)
+        report.notes.append(
+            f"a replica of {replica.get('url')} (manifest {replica.get('sequence')}): "
+            "indexes are optional"
+        )
     if is_snapshot(directory):
         report.notes.append(f"a snapshot: files checked against {MANIFEST}")
         try:
@@ -63,6 +73,9 @@ def verify(path: str, as_json: bool) -> int:
     extra = (
         f", {human_bytes(report.unreadable_bytes)} unreadable" if report.unreadable_bytes else ""
     )
+    if replica is not None:
+        click.echo(f"FAILED: {len(report.problems)} problem(s){extra}; {REPLICA_ADVICE}")
+        return 1
     flag = " --rebuild-meta" if any(p.kind == "meta" for p in report.problems) else ""
     click.echo(
         f"FAILED: {len(report.problems)} problem(s){extra}; `compactlog repair {report.path}"

@@ -12,7 +12,9 @@ import os
 
 from .engine.recovery import RepairReport
 from .engine.recovery import repair as _repair_files
+from .errors import ReadOnlyLogError
 from .log import Log
+from .storage.state_files import REPLICA_ADVICE, replica_of
 
 
 def _open_time_passes(directory: str) -> list[str]:
@@ -31,12 +33,19 @@ def repair(
 
     Stop writers first (the writers' lock is taken, so concurrent appends wait). A log that
     an ``exclusive=True`` writer holds is refused at once:
-    :class:`~compactlog.errors.LogLockedError` names its pid.
+    :class:`~compactlog.errors.LogLockedError` names its pid. An archive replica is refused
+    (:class:`~compactlog.errors.ReadOnlyLogError`): its follower alone writes it, from the
+    archive.
     ``rebuild_meta``: a missing or unreadable ``meta`` is rebuilt from what the damaged file
     and the segments still say, naming the settings it could not recover (without it, such
     a log is refused). ``meta_from``: a snapshot or backup of this log whose ``meta``
     supplies the settings the damaged one no longer shows (implies ``rebuild_meta``).
     """
+    replica = replica_of(os.fspath(path))
+    if replica is not None:
+        raise ReadOnlyLogError(
+            f"is a replica of {replica.get('url')}; {REPLICA_ADVICE}", path=os.fspath(path)
+        )
     return _repair_files(
         path,
         dry_run=dry_run,

@@ -96,3 +96,34 @@ def test_a_segment_that_stays_missing_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(reader_module, "list_segments", lambda directory: [*bases, 10**6])
     with pytest.raises(MissingSegmentError):
         list(reader_module.iter_batches(path, 0, None))
+
+
+def test_a_run_of_small_batches_cut_at_the_end_ends_there(tmp_path):
+    """Single appends come back as one run; read up to an end inside the run, the batch
+    handed out ends at that end, so that a reader resuming from it misses nothing."""
+    with compactlog.open(tmp_path, segment_bytes=1 << 20) as log:
+        for i in range(10):
+            log.append(b"k%d" % i, b"v%d" % i)
+    batches = list(reader_module.iter_batches(str(tmp_path), 2, 5))
+    assert [int(o) for b in batches for o in b.offsets] == [2, 3, 4]
+    assert batches[-1].next_offset == 5
+
+
+def test_a_subscriber_without_a_head_resumes_at_the_end_it_read(tmp_path, monkeypatch):
+    """A log no writer has a head in (a replica): a poll reads up to the end offset it
+    computed; the log may have grown since (a run of small batches now crosses that end).
+    The next poll starts at that end, not past the records it left out."""
+    with compactlog.open(tmp_path) as log:
+        for i in range(10):
+            log.append(b"k%d" % i, b"v%d" % i)
+    for name in (".lock", "clean_shutdown", ".writers.lock"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with compactlog.open(tmp_path, read_only=True) as log:
+        subscriber = log.subscribe("~replica", start=0)
+        computed = type(log).end_offset
+        monkeypatch.setattr(type(log), "end_offset", property(lambda self: 5))
+        first = [r.offset for r in subscriber.poll(100)]
+        monkeypatch.setattr(type(log), "end_offset", computed)
+        assert first == [0, 1, 2, 3, 4]
+        assert subscriber.position == 5
+        assert [r.offset for r in subscriber.poll(100)] == [5, 6, 7, 8, 9]

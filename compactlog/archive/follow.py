@@ -29,7 +29,7 @@ from .restore import PART_SUFFIX, _complete, fetch_object, restore
 from .retry import Backoff, sleep_until
 from .store import Store, now_ms
 
-STATE = ".archive-follow.json"  # which manifest the replica holds
+STATE = local.REPLICA_STATE  # which manifest the replica holds
 WRITER_FILES = (".lock", "clean_shutdown", ".writers.lock")
 
 
@@ -117,8 +117,9 @@ class Follower:
                 except ArchiveError:
                     target = None  # pruned under us: the next step takes the newer one
                 if target is not None:
-                    self._apply(self.applied, target)
-                    self._save(target.sequence)
+                    with local.replica_lock(self.target):
+                        self._apply(self.applied, target)
+                        self._save(target.sequence)
                     self.applied = target
                     changed = True
         if not newest or newest[-1] <= self.applied.sequence:
@@ -151,8 +152,9 @@ class Follower:
                         SegmentEntry(parsed.base_offset, size, 0, 0, False, None, (_UNKNOWN,))
                     )
             holding = dataclasses.replace(target, sequence=held, segments=segments)
-            self._apply(holding, target)
-            self._save(target.sequence)
+            with local.replica_lock(self.target):
+                self._apply(holding, target)
+                self._save(target.sequence)
             self.applied = target
         return self.step()
 
@@ -161,16 +163,36 @@ class Follower:
         local.write_small_file(self.target, STATE, body)
 
     def _apply(self, old: Manifest, new: Manifest) -> None:
-        """Grown segments get their new objects written in place; new or rewritten ones
-        are fetched to ``.part`` and renamed over; then segments no longer named go, then
-        ``cleaner.checkpoint`` and ``meta``. Each step is idempotent, so a follower killed
-        half-way redoes it."""
+        """Make the replica's segments those of ``new``, in base order, so that a reader
+        listing the directory at any moment finds every segment before the newest whole
+        (a reader, like a subscriber without a head, takes a segment that is not the newest
+        as complete and moves on to the next base):
+
+        1. Per base, ascending, over the manifest's segments and the segment files present:
+           a segment ``new`` names that only grew gets its new objects written in place; a
+           new or rewritten one is fetched to ``.part`` and renamed over (its stale index
+           removed first); a segment file ``new`` does not name is removed *here*, after the
+           rewrite before it that took over its offsets (the cleaner's merge) and before
+           any newer segment is created. A replica's copy of a segment merged away may be
+           a prefix of it (it was the newest, still growing, when last applied): left in
+           place beside a newer segment, it would tell a reader its offsets end where the
+           copy ends, and the reader would skip the rest, which only the merged rewrite
+           holds. Files no manifest named (left by a follower killed half-way) go too.
+        2. fsync the directory, then ``cleaner.checkpoint``, then ``meta``.
+
+        Each step is idempotent, so a follower killed half-way redoes it."""
         before = {s.base: s for s in old.segments}
-        for entry in new.segments:
-            previous = before.get(entry.base)
+        wanted = {s.base: s for s in new.segments}
+        for base in sorted(set(wanted) | set(local.list_segments(self.target))):
+            entry = wanted.get(base)
+            if entry is None:
+                _remove(os.path.join(self.target, local.segment_file_name(base)))
+                _remove(os.path.join(self.target, local.index_file_name(base)))
+                continue
+            previous = before.get(base)
             if previous is not None and previous.objects == entry.objects:
                 continue
-            path = os.path.join(self.target, local.segment_file_name(entry.base))
+            path = os.path.join(self.target, local.segment_file_name(base))
             if (
                 previous is not None
                 and entry.objects[: len(previous.objects)] == previous.objects
@@ -180,13 +202,9 @@ class Follower:
             else:
                 part = path + PART_SUFFIX
                 self._write(part, entry, entry.objects, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                _remove(os.path.join(self.target, local.index_file_name(entry.base)))
+                _remove(os.path.join(self.target, local.index_file_name(base)))
                 os.rename(part, path)
         local.fsync_directory(self.target)
-        kept = {s.base for s in new.segments}
-        for base in sorted(set(before) - kept):
-            _remove(os.path.join(self.target, local.segment_file_name(base)))
-            _remove(os.path.join(self.target, local.index_file_name(base)))
         if new.cleaner is not None:
             local.write_small_file(
                 self.target, local.CLEANER_FILE, json.dumps(new.cleaner, sort_keys=True).encode()

@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,8 @@ LOG_ID_FILE = "archive.id"  # this log's identity for its archive (docs/archive.
 SEGMENT_HEADER_SIZE = HEADER_SIZE
 META_FILE = filenames.META
 CLEANER_FILE = filenames.CLEANER_CHECKPOINT
+REPLICA_STATE = filenames.REPLICA_STATE
+REPLICA_LOCK = filenames.REPLICA_LOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,20 +189,43 @@ def check_piece(path: str, data: bytes, start: int) -> tuple[int, int | None]:
 def log_id(log: Any, *, create: bool) -> str | None:
     """The log's archive identity (a random id in ``archive.id``, a file the library
     leaves alone): a log restored, recreated or copied from a snapshot has none, so its
-    archive starts a new generation. ``create`` writes one when missing (atomically)."""
-    path = os.path.join(log.directory, LOG_ID_FILE)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle).get("log_id")
-        if isinstance(value, str) and value:
-            return value
-    except (FileNotFoundError, ValueError, AttributeError):
-        pass
+    archive starts a new generation. ``create`` writes one when missing (atomically,
+    keeping the restore's ``parent`` there: :func:`write_parent`)."""
+    document = _log_id_document(log.directory)
+    value = document.get("log_id")
+    if isinstance(value, str) and value:
+        return value
     if not create:
         return None
     value = uuid.uuid4().hex
-    log.fs.write_atomic(log.directory, LOG_ID_FILE, json.dumps({"log_id": value}).encode())
+    document["log_id"] = value
+    log.fs.write_atomic(log.directory, LOG_ID_FILE, json.dumps(document).encode())
     return value
+
+
+def write_parent(directory: str, parent: dict[str, Any]) -> None:
+    """Record in a restored log's ``archive.id`` (which has no ``log_id`` yet) the manifest it
+    was restored from and its archive's URL: archived again to that URL, its first
+    generation names this manifest as its ``parent`` (docs/archive.md, the timeline)."""
+    write_small_file(directory, LOG_ID_FILE, json.dumps({"parent": parent}).encode())
+
+
+def parent_of(log: Any, url: str) -> dict[str, Any] | None:
+    """The manifest the log was restored from, if it was restored from the archive at
+    ``url`` (``sequence``, ``generation``, ``log_id``, ``end_offset``); else ``None``."""
+    parent = _log_id_document(log.directory).get("parent")
+    if not isinstance(parent, dict) or parent.get("url") != url:
+        return None
+    return {k: parent[k] for k in ("sequence", "generation", "log_id", "end_offset") if k in parent}
+
+
+def _log_id_document(directory: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(directory, LOG_ID_FILE), encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (FileNotFoundError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -246,6 +271,13 @@ def index_file_name(base: int) -> str:
     return filenames.index_name(base)
 
 
+def replica_lock(directory: str) -> AbstractContextManager[None]:
+    """Held while the follower applies a manifest (``state_files.replica_lock``)."""
+    from ..storage.state_files import replica_lock as lock
+
+    return lock(directory)
+
+
 def fsync_directory(directory: str) -> None:
     from ..storage.fsio import fsync_dir
 
@@ -284,10 +316,14 @@ __all__ = [
     "fsync_directory",
     "index_file_name",
     "index_interval",
+    "list_segments",
     "log_id",
+    "parent_of",
     "read_all",
+    "replica_lock",
     "segment_file_name",
     "write_offset_floor",
+    "write_parent",
     "write_segment_index",
     "write_small_file",
 ]

@@ -10,9 +10,11 @@ current state. The layout is specified in docs/archive.md (versioned like docs/f
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..encoding.documents import DocumentKind, decode_document
@@ -111,6 +113,10 @@ class Manifest:
     cleaner: dict[str, Any] | None
     segments: list[SegmentEntry] = field(default_factory=list)
     archiver: dict[str, Any] = field(default_factory=dict)
+    # the first manifest of a generation whose log was restored from this archive: the
+    # manifest it was restored from (``sequence``, ``generation``, ``log_id``,
+    # ``end_offset``), where the generation's timeline continues (:func:`choose`)
+    parent: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -139,7 +145,7 @@ class Manifest:
             "cleaner": self.cleaner,
             "segments": [s.to_json() for s in self.segments],
             "archiver": self.archiver,
-        }
+        } | ({"parent": self.parent} if self.parent is not None else {})
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), indent=1, sort_keys=True).encode() + b"\n"
@@ -160,6 +166,7 @@ class Manifest:
                 cleaner=document.get("cleaner"),
                 segments=[SegmentEntry.from_json(s) for s in document["segments"]],
                 archiver=dict(document.get("archiver") or {}),
+                parent=document.get("parent"),
             )
 
         return decode_document(
@@ -232,16 +239,25 @@ def commit(store: Store, manifest: Manifest) -> bool:
 def choose(
     store: Store, *, as_of_offset: int | None = None, as_of_time_ms: int | None = None
 ) -> Manifest:
-    """The manifest a restore starts from: the newest, or the newest whose end offset is
-    at most ``as_of_offset`` / whose commit time is at most ``as_of_time_ms``.
+    """The manifest a restore starts from: the newest, or, on the **current timeline**,
+    the newest whose end offset is at most ``as_of_offset`` / whose commit time is at most
+    ``as_of_time_ms`` (docs/archive.md section 8).
 
-    Manifests are found by a binary search over the sequence numbers (end offsets and times
-    grow with the sequence within a generation), loading O(log n) of them."""
+    The current timeline is the newest manifest's generation, then, when that generation's
+    log was restored from this archive, the generation it was restored from up to the
+    manifest restored (its ``parent``), and so on. Manifests of other logs sharing the URL,
+    and records a restore abandoned, are on no timeline of the current log.
+
+    Generations are runs of consecutive sequence numbers (one archiver per URL at a time,
+    and the generation grows whenever another log or a discontinuity commits), and end
+    offsets and times grow with the sequence along a timeline; so each step is a binary
+    search, loading O(log n) manifests per generation visited."""
     found = sequences(store)
     if not found:
         raise NoManifestError("the archive holds no manifest", path=store.url)
+    newest = load(store, found[-1])
     if as_of_offset is None and as_of_time_ms is None:
-        return load(store, found[-1])
+        return newest
     if as_of_offset is not None:
         target = as_of_offset
 
@@ -255,14 +271,64 @@ def choose(
         def fits(m: Manifest) -> bool:
             return m.time_ms <= moment
 
-        wanted = f"at or before time {as_of_time_ms} ms"
-    best = _last_fitting(store, found, fits)
-    if best is None:
-        raise NoManifestError(
-            f"no retained manifest {wanted} (the oldest retained one is sequence {found[0]})",
-            path=store.url,
-        )
-    return best
+        wanted = f"at or before time {as_of_time_ms} ms ({_iso(moment)})"
+    current, upper = newest, len(found) - 1
+    oldest = newest
+    while True:
+        first = _first_of_generation(store, found, upper, current)
+        best = _last_fitting(store, found[first : upper + 1], fits)
+        if best is not None:
+            return best
+        oldest = _load_or(store, found[first], oldest)
+        parent = current.parent
+        if not parent:
+            break
+        upper = bisect.bisect_right(found, int(parent["sequence"])) - 1
+        if upper < 0:
+            break
+        try:
+            current = load(store, found[upper])  # the parent, or the newest retained before it
+        except ArchiveError:
+            break
+        if current.generation != parent.get("generation") or current.log_id != parent.get("log_id"):
+            break  # that generation is pruned away
+    raise NoManifestError(
+        f"no retained manifest {wanted} on the archive's current timeline (the oldest "
+        f"retained one is manifest {oldest.sequence}, ending at offset {oldest.end_offset}, "
+        f"committed at {_iso(oldest.time_ms)})",
+        path=store.url,
+    )
+
+
+def _first_of_generation(store: Store, found: list[int], upper: int, current: Manifest) -> int:
+    """The index in ``found`` of the first retained manifest of ``current``'s generation,
+    ``found[upper]`` being ``current`` (generations grow with the sequence)."""
+    low, high = 0, upper
+    while low < high:
+        middle = (low + high) // 2
+        try:
+            candidate = load(store, found[middle])
+        except ArchiveError:  # pruned meanwhile (oldest first): look at the newer half
+            low = middle + 1
+            continue
+        same = candidate.generation == current.generation and candidate.log_id == current.log_id
+        if same:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _load_or(store: Store, sequence: int, default: Manifest) -> Manifest:
+    try:
+        return load(store, sequence)
+    except ArchiveError:
+        return default
+
+
+def _iso(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _last_fitting(

@@ -202,6 +202,11 @@ class Archiver:
             cleaner=view.cleaner,
             segments=entries,
             archiver={"host": socket.gethostname(), "pid": os.getpid(), "path": self.log.path},
+            parent=(
+                local.parent_of(self.log, self.store.url)
+                if new_generation
+                else (previous.parent if previous is not None else None)
+            ),
         )
         # 6.
         if previous is not None and not new_generation and _same_state(previous, candidate):

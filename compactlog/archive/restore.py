@@ -1,8 +1,10 @@
 """Restore: a local log rebuilt from a manifest, fetched in parallel, resumable.
 
 The restored log opens without repair, holds exactly the manifest's records, and its next
-append takes the manifest's end offset. It has no ``archive.id``, so archiving it again
-starts a new generation of the archive (never a silent overwrite of the old one).
+append takes the manifest's end offset. Its ``archive.id`` holds no log identity, only
+the manifest it was restored from (its ``parent``), so archiving it again starts a new
+generation of the archive (never a silent overwrite of the old one) that continues that
+manifest's timeline.
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ def restore(
        an interrupted run), in parallel, then the directory: from here on every byte
        ``meta`` will vouch for is durable.
     6. Write ``cleaner.checkpoint`` and then ``meta`` (each atomically): until ``meta``
-       exists the directory is not a log, so nothing opens a half-restored one. When the
+       exists the directory is not a log, so nothing opens a half-restored one. Then
+       ``archive.id`` naming the manifest restored as the log's ``parent`` (no ``log_id``:
+       archived again, the log starts a new generation that continues this timeline). When the
        source had handed out offsets past the archived ones (``handed_out``: records
        acknowledged but not yet durable or archived, lost with that machine), leave a
        head in ``.lock`` naming them, so that they are never handed out again.
@@ -156,6 +160,14 @@ def restore(
         if chosen.handed_out > chosen.end_offset and chosen.segments:
             last = chosen.segments[-1]
             local.write_offset_floor(target, last.base, last.size, chosen.handed_out)
+        parent = {
+            "url": store.url,
+            "sequence": chosen.sequence,
+            "generation": chosen.generation,
+            "log_id": chosen.log_id,
+            "end_offset": chosen.end_offset,
+        }
+        local.write_parent(target, parent)
         # 7.
         _open_once(target, chosen)
         os.unlink(os.path.join(target, MARKER))

@@ -135,6 +135,7 @@ def verify_log(
     deep: bool = True,
     head_is_fact: bool = False,
     stuck_checkpoints: bool = True,
+    replica: bool = False,
 ) -> VerifyReport:
     """Check every batch (CRC, layout, offset order), every index entry, the head, the state
     files: the invariants of the module docstring, each violation a :class:`Problem`.
@@ -147,6 +148,8 @@ def verify_log(
     is a hint that the next writer revalidates. ``stuck_checkpoints``: report checkpoints
     below the log start (``verify`` does, as repair moves them; they are no violation, as
     ``delete`` retention passes a subscriber by design, which then resumes at the start).
+    ``replica``: the log is an archive replica (``archive follow``), which no writer opens,
+    so nothing rebuilds its indexes: a missing index is no problem there (readers scan).
     """
     from ..storage.state_files import (
         list_checkpoints,
@@ -203,7 +206,14 @@ def verify_log(
         if writers_active and last and head is not None and head.active_base == base:
             limit = head.active_size
         previous_next = _verify_segment(
-            report, directory, base, last=last, limit=limit, previous_next=previous_next, deep=deep
+            report,
+            directory,
+            base,
+            last=last,
+            limit=limit,
+            previous_next=previous_next,
+            deep=deep,
+            index_optional=replica,
         )
     if head is not None and bases and (head_is_fact or closed_cleanly(directory, head)):
         _verify_head(report, directory, bases[-1], head, previous_next)
@@ -268,9 +278,11 @@ def _verify_segment(
     limit: int | None,
     previous_next: int | None,
     deep: bool = True,
+    index_optional: bool = False,
 ) -> int | None:
-    """One segment: file header, every batch, offset order, the index. Returns the offset
-    after its last valid batch (or ``previous_next`` if it holds none)."""
+    """One segment: file header, every batch, offset order, the index (when it has one, if
+    ``index_optional``). Returns the offset after its last valid batch (or
+    ``previous_next`` if it holds none)."""
     name = filenames.segment_name(base)
     path = segment_path(directory, base)
     if previous_next is not None and base < previous_next:
@@ -367,7 +379,7 @@ def _verify_segment(
                 "(synced or closed cleanly): bytes below the durable point are missing "
                 "(damage, not a torn tail)",
             )
-    _verify_index(report, directory, base, positions, end, growing=last)
+    _verify_index(report, directory, base, positions, end, growing=last, optional=index_optional)
     return next_offset
 
 
@@ -461,13 +473,17 @@ def _verify_index(
     end: int,
     *,
     growing: bool,
+    optional: bool = False,
 ) -> None:
     """Check the index against the batch positions seen. The newest segment may have grown
-    (and its index with it) since it was scanned: its entries past ``end`` are ignored."""
+    (and its index with it) since it was scanned: its entries past ``end`` are ignored.
+    ``optional``: a missing index is no problem (a replica's)."""
     name = filenames.index_name(base)
     entries = read_index(directory, base)
     if entries is not None and growing:
         entries = entries[entries[:, 1] < end]
+    if entries is None and optional and not os.path.exists(os.path.join(directory, name)):
+        return
     if entries is None:
         report.problem(
             "index", name, None, "missing or not an index file (rebuilt on open and by repair)"

@@ -95,18 +95,29 @@ class Wanted:
                 self.done = True
                 return
             trimmed = trim_batch(batch, self.next_offset, end)
-            self.next_offset = batch.next_offset
+            self.next_offset = trimmed.next_offset
             if len(trimmed):
                 yield trimmed
+            if end is not None and self.next_offset >= end:
+                self.done = True
+                return
 
 
 def trim_batch(batch: RecordBatch, start: int, end: int | None) -> RecordBatch:
     """The records of ``batch`` with offsets in ``[start, end)`` (the batch itself when all
-    of them are)."""
+    of them are). A batch cut at ``end`` ends there: its ``next_offset`` is ``end``, not
+    the stored batch's, so that a reader resuming from it (a subscriber's position) does
+    not skip the offsets past ``end`` that it left out (a run of small batches read past
+    the end offset a reader without a head computed a moment before, as on a replica)."""
     offsets = batch.offsets
-    if not len(offsets) or (offsets[0] >= start and (end is None or offsets[-1] < end)):
+    cut_at_end = end is not None and batch.next_offset > end
+    if not cut_at_end and (not len(offsets) or offsets[0] >= start):
         return batch
     mask = offsets >= start
     if end is not None:
         mask &= offsets < end
-    return batch.select(mask)
+    trimmed = batch.select(mask)
+    if cut_at_end:
+        assert end is not None
+        trimmed.header = trimmed.header._replace(last_delta=end - 1 - trimmed.base_offset)
+    return trimmed

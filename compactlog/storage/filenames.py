@@ -22,6 +22,8 @@ nothing else in the project spells these names out.
 ``cleaner.spill.*.tmp`` a compaction pass's spill files (temporary names of ``SPILL``
                         and ``SPILL_BITS``; ``compaction/latest.py``): never trusted
 ``snapshot.json``       manifest of a snapshot (a read-only copy of a log; ``snapshot.py``)
+``.archive-follow.json`` a replica's state: the archive it follows, the manifest it holds
+``.archive-follow.lock`` held (``flock``) by a replica's follower while it applies a manifest
 ======================  ===========================================================
 """
 
@@ -40,6 +42,8 @@ TEMP_SUFFIX = ".tmp"
 META = "meta"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 SWAP_INTENT = "cleaner.swap"
+REPLICA_STATE = ".archive-follow.json"  # present only in a replica (archive/follow.py)
+REPLICA_LOCK = ".archive-follow.lock"
 SNAPSHOT_MANIFEST = "snapshot.json"
 SPILL = "cleaner.spill"  # temp_name(SPILL): compaction/latest.py's spill files
 SPILL_BITS = SPILL + ".bits"

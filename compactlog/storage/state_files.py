@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,3 +245,60 @@ def read_cleaner_state(directory: str) -> CleanerState:
 
 def write_cleaner_state(fs: FileSystem, directory: str, state: CleanerState) -> None:
     fs.write_atomic(directory, filenames.CLEANER_CHECKPOINT, state.to_json())
+
+
+def replica_of(directory: str) -> dict[str, Any] | None:
+    """The state of the replica ``directory`` is (``url``: the archive it follows,
+    ``sequence``: the manifest it holds), or ``None`` when it is no replica. A replica is
+    kept by ``compactlog archive follow`` alone: no writer, no repair (docs/archive.md)."""
+    try:
+        with open(os.path.join(directory, filenames.REPLICA_STATE), "rb") as handle:
+            document = json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"url": None, "sequence": None}
+    return document if isinstance(document, dict) else {"url": None, "sequence": None}
+
+
+REPLICA_ADVICE = (
+    "a replica is repaired by its archive, not by `compactlog repair`: stop `compactlog "
+    "archive follow`, remove the directory and follow again (or `compactlog archive "
+    "restore` it)"
+)
+
+
+@contextmanager
+def replica_lock(directory: str) -> Iterator[None]:
+    """The replica's ``flock`` (``.archive-follow.lock``), exclusive: the follower holds it
+    while it applies a manifest, so that no reader holding :func:`replica_quiet` sees a
+    half-applied one (a merged rewrite beside the segment it replaces, cleaned rewrites
+    under a cleaner point not written yet)."""
+    from .lockfile import lock, release
+
+    fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, note="archive follow")
+    try:
+        yield
+    finally:
+        release(fd)
+
+
+@contextmanager
+def replica_quiet(directory: str) -> Iterator[None]:
+    """While held, the follower of the replica ``directory`` applies no manifest (the
+    replica lock, shared): a reader that needs one consistent state of the files (a
+    table's restore, ``verify``) holds it. Nothing on a log that is no replica, or when
+    this process cannot take the lock (a read-only mount): it then reads as without."""
+    from .lockfile import lock, release
+
+    fd = -1
+    if replica_of(directory) is not None:
+        try:
+            fd = lock(os.path.join(directory, filenames.REPLICA_LOCK), wait=True, shared=True)
+        except OSError:
+            fd = -1
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            release(fd)

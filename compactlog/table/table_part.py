@@ -23,7 +23,7 @@ from ..errors import (
     TableStateCorruptError,
 )
 from ..storage.log_identity import ensure_log_id
-from ..storage.state_files import read_meta
+from ..storage.state_files import read_meta, replica_quiet
 from .table_disk import SYNC_INTERVAL_S, DiskStore, map_full_error
 from .table_identity import HorizonWatch, foreign_reason, stale_reason, tombstone_horizon
 from .table_memory import Change, MemoryStore
@@ -176,12 +176,16 @@ class Part:
         overlapped = 0  # restores that retention overlapped
         wiped = False  # a damaged disk state was removed
         while True:
-            end = log.end_offset
-            start = log.start_offset
             if not isinstance(store, DiskStore):
                 store = self.table._new_store(log)
             try:
-                self._restore_into(store, rebuild, start, end)
+                # on a replica, no manifest is applied meanwhile: a cleaned rewrite renamed
+                # in between the end read here and the segments read would make the state
+                # at ``end`` lack records cleaned away for successors past it
+                with replica_quiet(log.directory):
+                    end = log.end_offset
+                    start = log.start_offset
+                    self._restore_into(store, rebuild, start, end)
             except InexactReadError:
                 continue  # a cleaning pass moved its point past ``end`` meanwhile: read on
             except TableStateCorruptError as error:

@@ -60,3 +60,22 @@ def new_log(path, **config):
     }
     settings.update(config)
     return compactlog.open(path, **settings)
+
+
+class ArchivedSource:
+    """A source log (2 KiB segments), a read-only open of it and its started archiver:
+    the setup of the archive's state machines."""
+
+    def __init__(self, path, store) -> None:
+        from compactlog.archive.push import Archiver
+
+        self.path = path
+        self.log = new_log(path, segment_bytes=2048)
+        self.reader = compactlog.open(path, read_only=True)
+        self.archiver = Archiver(self.reader, store)
+        self.archiver.start()
+
+    def close(self) -> None:
+        self.archiver.stop()
+        self.reader.close()
+        self.log.close()

@@ -14,15 +14,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import compactlog
 from compactlog.archive import manifest as manifests
 from compactlog.archive import open_store
 from compactlog.archive.prune import prune
-from compactlog.archive.push import Archiver
 from compactlog.archive.restore import restore
 from compactlog.archive.verify import verify
 
-from .helpers import Model, new_log, records_of, state_of
+from .helpers import ArchivedSource, Model, records_of, state_of
 from .seaweed import BUCKET
 
 
@@ -34,10 +32,8 @@ class ArchiveMachine(RuleBasedStateMachine):
         self.root = Path(tempfile.mkdtemp(prefix="archive-machine-"))
         self.url = f"{self.url_prefix}{uuid.uuid4().hex[:12]}"
         self.store = open_store(self.url)
-        self.log = new_log(self.root / "source", segment_bytes=2048)
-        self.reader = compactlog.open(self.root / "source", read_only=True)
-        self.archiver = Archiver(self.reader, self.store)
-        self.archiver.start()
+        self.source = ArchivedSource(self.root / "source", self.store)
+        self.log, self.archiver = self.source.log, self.source.archiver
         self.model = Model()
         self.committed: dict[int, tuple[int, list]] = {}  # sequence -> (end, records)
         self.restores = 0
@@ -109,9 +105,7 @@ class ArchiveMachine(RuleBasedStateMachine):
             else:
                 assert report.ok, report.problems
         finally:
-            self.archiver.stop()
-            self.reader.close()
-            self.log.close()
+            self.source.close()
             shutil.rmtree(self.root, ignore_errors=True)
 
 
