@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ..encoding.format import SEGMENT_FILE_HEADER
 from ..errors import CorruptLogError, LogLockedError, MissingSegmentError
-from ..storage import filenames, segment_chain, swap
+from ..storage import durable, filenames, segment_chain, swap
 from ..storage.fsio import FileSystem
 from ..storage.head import (
     SYNC_POINT_AT,
@@ -195,13 +195,7 @@ def _recover_tail(log: LogView, head: Head | None, report: list[str]) -> None:
     bases = list_segments(directory)
     newest = bases[-1] if bases else None
     # a.
-    if point is not None and point.size > HEADER_SIZE and (newest is None or point.base > newest):
-        raise MissingSegmentError(
-            f"segment {filenames.segment_name(point.base)} is missing, and records in it had been "
-            "synced to disk; run repair to accept the loss",
-            path=directory,
-            position=0,
-        )
+    durable.check_newest_present(directory, bases)  # (the readers' error, word for word)
     if head is not None and (newest is None or head.active_base > newest):
         report.append(
             f"segment {filenames.segment_name(head.active_base)} named by the head was never "
@@ -260,6 +254,7 @@ def _check_closed_segments(log: LogView, report: list[str]) -> None:
     )
     indexes = {p.base_offset for _n, p in names if p.kind is filenames.FileKind.INDEX}
     point = read_sync_point(directory)
+    durable.check_newest_present(directory, bases)  # (before its orphan index is named)
     for orphan in sorted(b for b in indexes if b not in bases and b is not None):
         if (not bases or orphan > bases[-1]) and (point is None or orphan > point.base):
             # a roll's index whose segment a power loss took back: nothing was synced in it
