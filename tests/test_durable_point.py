@@ -125,3 +125,18 @@ def test_the_deleted_active_segment_is_named_by_every_reader(closed_log):
         writable(log_dir)
     report = run_json("verify", log_dir, check=1)
     assert "missing_segment" in {p["kind"] for p in report["problems"]}
+
+
+def test_a_zeroed_file_header_below_the_durable_point_is_damage_not_an_unfinished_roll(
+    closed_log,
+):
+    log_dir, segment = closed_log
+    overwrite(segment, 0, bytes(16))
+    match = f"{segment.name}: not a compactlog file"  # (the readers' error, a writable open's too)
+    assert_every_reader_raises(log_dir, compactlog.NotALogError, match)
+    assert os.path.getsize(segment) > 16  # (the writable open emptied nothing)
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert any("rebuilt a damaged file header" in fix for fix in fixes), fixes
+    assert read_only(log_dir) == list(range(RECORDS))
+    with compactlog.open(log_dir) as log:
+        assert log.append(b"new", b"record") == RECORDS
