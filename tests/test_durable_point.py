@@ -140,3 +140,20 @@ def test_a_zeroed_file_header_below_the_durable_point_is_damage_not_an_unfinishe
     assert read_only(log_dir) == list(range(RECORDS))
     with compactlog.open(log_dir) as log:
         assert log.append(b"new", b"record") == RECORDS
+
+
+@pytest.mark.parametrize("with_index", [True, False], ids=["index kept", "index deleted"])
+def test_repair_of_a_log_whose_only_segment_was_deleted_leaves_a_log_every_open_accepts(
+    closed_log, with_index
+):
+    log_dir, segment = closed_log
+    os.remove(segment)
+    if not with_index:
+        os.remove(segment.with_suffix(".idx"))
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert f"fixed the log start offset in meta: 0 -> {RECORDS}" in fixes, fixes
+    run_json("verify", log_dir)  # (exit 0)
+    assert read_only(log_dir) == [] == subscriber(log_dir) == latest(log_dir)
+    with compactlog.open(log_dir) as log:
+        assert (log.start_offset, log.append(b"new", b"record")) == (RECORDS, RECORDS)
+    assert read_only(log_dir) == [RECORDS]

@@ -431,11 +431,14 @@ def repair(
                 f"cleared the uncleanable mark ({meta.uncleanable})",
                 lambda: setattr(meta, "uncleanable", None),
             )
-        first = bases[0] if bases else meta.log_start_offset
+        lost_end = _lost_active_end(read_head(lock_fd), bases, names)
+        # the segments the log will hold: with its only one lost, the empty one made below
+        kept = bases or ([lost_end] if lost_end is not None else [])
+        first = kept[0] if kept else meta.log_start_offset
         if (
-            bases
+            kept
             and meta.log_start_offset != first
-            and not (bases[0] <= meta.log_start_offset < (bases[1] if len(bases) > 1 else 1 << 62))
+            and not (kept[0] <= meta.log_start_offset < (kept[1] if len(kept) > 1 else 1 << 62))
         ):
             fix(
                 f"fixed the log start offset in meta: {meta.log_start_offset} -> {first}",
@@ -443,7 +446,7 @@ def repair(
             )
         if not dry_run:
             write_meta(fs, directory, meta)
-        start = max(meta.log_start_offset, first) if bases else meta.log_start_offset
+        start = max(meta.log_start_offset, first) if kept else meta.log_start_offset
         report.fixes.extend(repair_state.repair_checkpoints(fs, directory, start, dry_run=dry_run))
         report.fixes.extend(repair_state.repair_cleaner_checkpoint(fs, directory, dry_run=dry_run))
         for subscriber, offset in readable_checkpoints(directory).items():
@@ -453,7 +456,6 @@ def repair(
                     f"is below the log start {start}",
                     lambda s=subscriber: write_checkpoint(fs, directory, s, start),
                 )
-        lost_end = _lost_active_end(read_head(lock_fd), bases, names)
         if lost_end is not None:
             fix(
                 f"the active segment is missing: created an empty segment "
