@@ -157,3 +157,18 @@ def test_repair_of_a_log_whose_only_segment_was_deleted_leaves_a_log_every_open_
     with compactlog.open(log_dir) as log:
         assert (log.start_offset, log.append(b"new", b"record")) == (RECORDS, RECORDS)
     assert read_only(log_dir) == [RECORDS]
+
+
+def test_a_file_header_cut_short_below_the_durable_point_is_damage_not_an_unfinished_roll(
+    closed_log,
+):
+    log_dir, segment = closed_log
+    os.truncate(segment, 8)
+    match = f"{segment.name}: file header is 8 bytes, expected 16"
+    assert_every_reader_raises(log_dir, compactlog.NotALogError, match)
+    assert os.path.getsize(segment) == 8  # (the writable open rewrote nothing)
+    assert "bad_header" in {p["kind"] for p in run_json("verify", log_dir, check=1)["problems"]}
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert any(f"offsets 0 to {RECORDS - 1} were lost" in fix for fix in fixes), fixes
+    with compactlog.open(log_dir) as log:
+        assert log.append(b"new", b"record") == RECORDS
