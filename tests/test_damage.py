@@ -35,16 +35,6 @@ from tests.helpers import SEGMENT_HEADER_SIZE
 
 DAMAGES = ("flip", "zero", "half", "delete")
 SEGMENT_DAMAGES = ("zero_header", "delete_with_index")
-KNOWN_GAP = pytest.mark.xfail(strict=True, reason="writable open empties it: see KNOWN_GAPS")
-# the active segment of a cleanly closed log with its header zeroed: a writable open takes
-# it for a roll that a power loss cut short and empties the segment
-KNOWN_GAPS = {
-    "read_only": (),
-    "writable": ("zero_header",),
-    "table": (),
-    "verify": (),
-    "repair": (),
-}
 
 
 @dataclass(frozen=True)
@@ -97,7 +87,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     return Template(path, records, latest, kinds)
 
 
-def _cases(reader: str) -> list[object]:
+def _cases() -> list[object]:
     kinds = [
         "first segment",
         "middle segment",
@@ -116,11 +106,7 @@ def _cases(reader: str) -> list[object]:
     for kind in kinds:
         damages = DAMAGES + (SEGMENT_DAMAGES if kind.endswith("segment") else ())
         for damage in damages:
-            known_gap = kind == "active segment" and damage in KNOWN_GAPS[reader]
-            marks = [KNOWN_GAP] if known_gap else []
-            cases.append(
-                pytest.param(kind, damage, marks=marks, id=f"{kind.replace(' ', '_')}-{damage}")
-            )
+            cases.append(pytest.param(kind, damage, id=f"{kind.replace(' ', '_')}-{damage}"))
     return cases
 
 
@@ -200,14 +186,14 @@ def read_records(path: Path, *, read_only: bool) -> list[tuple[int, bytes, bytes
 # -- every reader: the exact data, or an error naming the damaged file ---------------------
 
 
-@pytest.mark.parametrize(("kind", "how"), _cases("read_only"))
+@pytest.mark.parametrize(("kind", "how"), _cases())
 def test_a_read_only_view_gets_the_exact_data_or_an_error_naming_the_file(
     template, tmp_path, kind, how
 ):
     check_reader(template, tmp_path, kind, how, read_only=True)
 
 
-@pytest.mark.parametrize(("kind", "how"), _cases("writable"))
+@pytest.mark.parametrize(("kind", "how"), _cases())
 def test_a_writable_open_gets_the_exact_data_or_an_error_naming_the_file(
     template, tmp_path, kind, how
 ):
@@ -224,7 +210,7 @@ def check_reader(template: Template, tmp_path: Path, kind: str, how: str, *, rea
         assert got == template.records
 
 
-@pytest.mark.parametrize(("kind", "how"), _cases("table"))
+@pytest.mark.parametrize(("kind", "how"), _cases())
 def test_a_table_holds_the_exact_state_or_raises_naming_the_file(template, tmp_path, kind, how):
     copy, _lost = damaged_copy(template, tmp_path, kind, how)
     try:
@@ -236,7 +222,7 @@ def test_a_table_holds_the_exact_state_or_raises_naming_the_file(template, tmp_p
         assert got == template.latest
 
 
-@pytest.mark.parametrize(("kind", "how"), _cases("verify"))
+@pytest.mark.parametrize(("kind", "how"), _cases())
 def test_verify_passes_only_on_exact_data_and_names_the_file(template, tmp_path, kind, how):
     copy, _lost = damaged_copy(template, tmp_path, kind, how)
     code, output = cli("verify", copy)
@@ -248,7 +234,7 @@ def test_verify_passes_only_on_exact_data_and_names_the_file(template, tmp_path,
         assert any(names_damage(line, template, kind) for line in problems), output
 
 
-@pytest.mark.parametrize(("kind", "how"), _cases("repair"))
+@pytest.mark.parametrize(("kind", "how"), _cases())
 def test_repair_leaves_a_log_verify_passes_with_every_untouched_batch(
     template, tmp_path, kind, how
 ):

@@ -9,6 +9,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from compactlog.encoding.batch_encode import encode_batch
 from compactlog.storage.cleaner_lock import CleanerLock
 
 from .docs_runner import PAGES, ROOT, Block, DocError, PageRun, blocks_of, hexdump, run_page
+from .helpers import batch_positions
 from .test_compaction_failures import FaultFS
 
 SPARK_PAGES = {"spark.md"}  # run by tests/spark/test_docs_spark.py, with the shared session
@@ -156,6 +158,59 @@ def damaged_meta(directory: Path, namespace: dict[str, Any]) -> str:
         damage(path / "meta")
         said.append(provoked(path, directory))
     return "\n".join(said)
+
+
+def durable_orders(directory: Path) -> Path:
+    """operator-guide.md §5.2: 400 orders in batches of 10, in one segment, closed cleanly
+    (the whole file is below the durable point); the segment's path."""
+    path = directory / SERVICE_LOG
+    shutil.rmtree(path, ignore_errors=True)
+    with compactlog.open(path) as log:
+        for start in range(0, 400, 10):
+            log.append_batch([(b"order:%d" % n, b"paid") for n in range(start, start + 10)])
+    return path / "00000000000000000000.log"
+
+
+def damaged_last_batch(directory: Path) -> Path:
+    """16 bytes of the last batch of :func:`durable_orders` overwritten; the log's path."""
+    segment = durable_orders(directory)
+    with open(segment, "r+b") as handle:
+        handle.seek(batch_positions(segment)[-1][0] + 30)
+        handle.write(b"\xff" * 16)
+    return segment.parent
+
+
+def durable_damage(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2: the last batch damaged, the segment cut at its 21st batch, the
+    segment deleted: the error of a read-only and of a writable open, which are the same."""
+    said = []
+    for damage in (
+        lambda segment: None,
+        lambda segment: os.truncate(segment, batch_positions(segment)[20][0]),
+        os.remove,
+    ):
+        path = damaged_last_batch(directory)
+        damage(path / "00000000000000000000.log")
+        errors = []
+        for read_only in (True, False):
+            with (
+                pytest.raises(compactlog.CompactLogError) as raised,
+                compactlog.open(path, read_only=read_only, create=False) as log,
+            ):
+                list(log.read())
+            errors.append(error_text(raised.value, directory))
+        assert errors[0] == errors[1], errors
+        said.append(errors[0])
+    shutil.rmtree(path)
+    return "\n".join(said)
+
+
+def durable_repair(directory: Path, namespace: dict[str, Any]) -> str:
+    """operator-guide.md §5.2: ``compactlog repair`` of the log whose last batch is damaged."""
+    path = damaged_last_batch(directory)
+    said = repair_orders(directory, namespace)
+    shutil.rmtree(path)  # (the page's next example builds its own log there)
+    return said
 
 
 def second_cleaner(directory: Path, namespace: dict[str, Any]) -> str:
@@ -350,6 +405,8 @@ SETUPS = {
     "misspelled-option": misspelled_option,
     "repair-orders": repair_orders,
     "second-cleaner": second_cleaner,
+    "durable-damage": durable_damage,
+    "durable-repair": durable_repair,
     "disk-full": disk_full,
     "cleaned-once": cleaned_once,
     "refused-configs": refused_configs,

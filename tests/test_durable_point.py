@@ -125,3 +125,50 @@ def test_the_deleted_active_segment_is_named_by_every_reader(closed_log):
         writable(log_dir)
     report = run_json("verify", log_dir, check=1)
     assert "missing_segment" in {p["kind"] for p in report["problems"]}
+
+
+def test_a_zeroed_file_header_below_the_durable_point_is_damage_not_an_unfinished_roll(
+    closed_log,
+):
+    log_dir, segment = closed_log
+    overwrite(segment, 0, bytes(16))
+    match = f"{segment.name}: not a compactlog file"  # (the readers' error, a writable open's too)
+    assert_every_reader_raises(log_dir, compactlog.NotALogError, match)
+    assert os.path.getsize(segment) > 16  # (the writable open emptied nothing)
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert any("rebuilt a damaged file header" in fix for fix in fixes), fixes
+    assert read_only(log_dir) == list(range(RECORDS))
+    with compactlog.open(log_dir) as log:
+        assert log.append(b"new", b"record") == RECORDS
+
+
+@pytest.mark.parametrize("with_index", [True, False], ids=["index kept", "index deleted"])
+def test_repair_of_a_log_whose_only_segment_was_deleted_leaves_a_log_every_open_accepts(
+    closed_log, with_index
+):
+    log_dir, segment = closed_log
+    os.remove(segment)
+    if not with_index:
+        os.remove(segment.with_suffix(".idx"))
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert f"fixed the log start offset in meta: 0 -> {RECORDS}" in fixes, fixes
+    run_json("verify", log_dir)  # (exit 0)
+    assert read_only(log_dir) == [] == subscriber(log_dir) == latest(log_dir)
+    with compactlog.open(log_dir) as log:
+        assert (log.start_offset, log.append(b"new", b"record")) == (RECORDS, RECORDS)
+    assert read_only(log_dir) == [RECORDS]
+
+
+def test_a_file_header_cut_short_below_the_durable_point_is_damage_not_an_unfinished_roll(
+    closed_log,
+):
+    log_dir, segment = closed_log
+    os.truncate(segment, 8)
+    match = f"{segment.name}: file header is 8 bytes, expected 16"
+    assert_every_reader_raises(log_dir, compactlog.NotALogError, match)
+    assert os.path.getsize(segment) == 8  # (the writable open rewrote nothing)
+    assert "bad_header" in {p["kind"] for p in run_json("verify", log_dir, check=1)["problems"]}
+    fixes = run_json("repair", log_dir)["fixes"]
+    assert any(f"offsets 0 to {RECORDS - 1} were lost" in fix for fix in fixes), fixes
+    with compactlog.open(log_dir) as log:
+        assert log.append(b"new", b"record") == RECORDS

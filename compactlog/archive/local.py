@@ -2,7 +2,8 @@
 and the check of the bytes it ships.
 
 Every import of a library internal by ``compactlog.archive`` is in this module (the files
-layer: ``segment``, ``head``, ``filenames``), so that moving those modules changes one file.
+layer: ``segment``, ``head``, ``filenames``, ``durable``), so that moving those modules
+changes one file.
 The archive never parses the segment format itself: bytes it uploads are checked batch by
 batch by ``segment.scan_segment`` (the library's batch walker: header checks and CRC-32C),
 and restored logs are opened by ``compactlog.open``, whose recovery checks them again.
@@ -10,7 +11,10 @@ and restored logs are opened by ``compactlog.open``, whose recovery checks them 
 What is durable (docs/format.md sections 3 and 10): every closed segment whole (a roll
 fdatasyncs the segment it leaves before the next one exists), and the newest segment up to
 the **sync point** stored in ``.lock`` when it names that segment. Data past the sync point
-may still be lost by a power loss, so it waits for the next round.
+may still be lost by a power loss, so it waits for the next round. A newest segment that
+ends before its sync point has lost bytes a writer made durable: that is damage, and the
+round refuses it (:class:`~compactlog.errors.CorruptLogError` naming file and byte) rather
+than ship a shortened segment.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from ..errors import ArchiveError
 from ..storage import filenames
+from ..storage.durable import check_durable_length
 from ..storage.head import LOCK_FILE_SIZE, Head, encode_head, read_log_head, read_sync_point
 from ..storage.segment import (
     HEADER_SIZE,
@@ -129,7 +134,8 @@ def capture(
                 if base < active_base or (point is not None and base < point.base):
                     durable = stat.size  # closed: fdatasynced by the roll that closed it
                 elif point is not None and base == point.base:
-                    durable = min(point.size, stat.size)
+                    check_durable_length(path, stat.size, point.size)  # (damage: refused)
+                    durable = min(point.size, stat.size)  # (0: an empty file)
                 else:
                     break  # the active segment with nothing synced yet, and anything newer
                 active = base >= active_base

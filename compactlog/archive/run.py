@@ -24,7 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ArchiveError, LeaseHeldError, LeaseLostError, LogLockedError
+from ..errors import (
+    ArchiveError,
+    CorruptLogError,
+    LeaseHeldError,
+    LeaseLostError,
+    LogLockedError,
+)
 from .manifest import Manifest
 from .prune import prune
 from .push import Archiver, PushResult
@@ -120,8 +126,8 @@ def run(
                 raise
             except LogLockedError:
                 result = None  # a cleaning pass holds the lock: next tick
-            except (ArchiveError, OSError) as error:
-                failed(error)
+            except (ArchiveError, CorruptLogError, OSError) as error:
+                failed(error)  # (damage in the log: reported each round until repaired)
             else:
                 backoff.succeeded()
                 _account(stats, result)
@@ -159,7 +165,7 @@ def run(
                     _account(stats, result)
                     if result.manifest is not None and report is not None:
                         report("commit", result.to_json())
-                except (ArchiveError, OSError, LogLockedError) as error:
+                except (ArchiveError, CorruptLogError, OSError, LogLockedError) as error:
                     failed(error, back_off=False)
                 break
     finally:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ..encoding.format import SEGMENT_FILE_HEADER
 from ..errors import CorruptLogError, LogLockedError, MissingSegmentError
-from ..storage import filenames, segment_chain, swap
+from ..storage import durable, filenames, segment_chain, swap
 from ..storage.fsio import FileSystem
 from ..storage.head import (
     SYNC_POINT_AT,
@@ -195,13 +195,7 @@ def _recover_tail(log: LogView, head: Head | None, report: list[str]) -> None:
     bases = list_segments(directory)
     newest = bases[-1] if bases else None
     # a.
-    if point is not None and point.size > HEADER_SIZE and (newest is None or point.base > newest):
-        raise MissingSegmentError(
-            f"segment {filenames.segment_name(point.base)} is missing, and records in it had been "
-            "synced to disk; run repair to accept the loss",
-            path=directory,
-            position=0,
-        )
+    durable.check_newest_present(directory, bases)  # (the readers' error, word for word)
     if head is not None and (newest is None or head.active_base > newest):
         report.append(
             f"segment {filenames.segment_name(head.active_base)} named by the head was never "
@@ -260,6 +254,7 @@ def _check_closed_segments(log: LogView, report: list[str]) -> None:
     )
     indexes = {p.base_offset for _n, p in names if p.kind is filenames.FileKind.INDEX}
     point = read_sync_point(directory)
+    durable.check_newest_present(directory, bases)  # (before its orphan index is named)
     for orphan in sorted(b for b in indexes if b not in bases and b is not None):
         if (not bases or orphan > bases[-1]) and (point is None or orphan > point.base):
             # a roll's index whose segment a power loss took back: nothing was synced in it
@@ -436,11 +431,14 @@ def repair(
                 f"cleared the uncleanable mark ({meta.uncleanable})",
                 lambda: setattr(meta, "uncleanable", None),
             )
-        first = bases[0] if bases else meta.log_start_offset
+        lost_end = _lost_active_end(read_head(lock_fd), bases, names)
+        # the segments the log will hold: with its only one lost, the empty one made below
+        kept = bases or ([lost_end] if lost_end is not None else [])
+        first = kept[0] if kept else meta.log_start_offset
         if (
-            bases
+            kept
             and meta.log_start_offset != first
-            and not (bases[0] <= meta.log_start_offset < (bases[1] if len(bases) > 1 else 1 << 62))
+            and not (kept[0] <= meta.log_start_offset < (kept[1] if len(kept) > 1 else 1 << 62))
         ):
             fix(
                 f"fixed the log start offset in meta: {meta.log_start_offset} -> {first}",
@@ -448,7 +446,7 @@ def repair(
             )
         if not dry_run:
             write_meta(fs, directory, meta)
-        start = max(meta.log_start_offset, first) if bases else meta.log_start_offset
+        start = max(meta.log_start_offset, first) if kept else meta.log_start_offset
         report.fixes.extend(repair_state.repair_checkpoints(fs, directory, start, dry_run=dry_run))
         report.fixes.extend(repair_state.repair_cleaner_checkpoint(fs, directory, dry_run=dry_run))
         for subscriber, offset in readable_checkpoints(directory).items():
@@ -458,7 +456,6 @@ def repair(
                     f"is below the log start {start}",
                     lambda s=subscriber: write_checkpoint(fs, directory, s, start),
                 )
-        lost_end = _lost_active_end(read_head(lock_fd), bases, names)
         if lost_end is not None:
             fix(
                 f"the active segment is missing: created an empty segment "

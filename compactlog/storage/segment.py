@@ -608,11 +608,13 @@ class SegmentReader:
 
 def unsynced_header(header: bytes, unsynced_from: int | None) -> bool:
     """Whether a newest segment's first bytes are a file header not written yet: missing or
-    cut short (a roll between creating the file and writing its header), or, when nothing
-    of the file is known to be on disk (``unsynced_from`` 0, see ``durable.unsynced_from``),
-    anything without the segment magic (a power loss kept the file but not its header)."""
+    cut short (a roll between creating the file and writing its header) unless its durable
+    point lies past it (``unsynced_from`` above 0, see ``durable.unsynced_from``: the header
+    was synced, so a short one is damage), or, when nothing of the file is known to be on
+    disk (``unsynced_from`` 0), anything without the segment magic (a power loss kept the
+    file but not its header)."""
     if len(header) < HEADER_SIZE and header == SEGMENT_FILE_HEADER[: len(header)]:
-        return True
+        return not unsynced_from
     return unsynced_from == 0 and header[: len(SEGMENT_MAGIC)] != SEGMENT_MAGIC
 
 

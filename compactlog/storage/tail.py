@@ -31,7 +31,7 @@ from ..encoding.format import (
 )
 from ..errors import MissingSegmentError
 from . import filenames
-from .durable import check_durable_length
+from .durable import check_durable_length, unsynced_from
 from .fsio import FileSystem
 from .head import Head
 from .segment import (
@@ -117,7 +117,8 @@ def open_newest_tail(
     created = created or not os.path.exists(path)
     fd = fs.open(path, os.O_RDWR | os.O_CREAT)
     try:
-        size = _check_newest_header(fs, fd, path, cut_from, cuts)
+        unsynced = unsynced_from(directory, base) if cut_from is None else cut_from
+        size = _check_newest_header(fs, fd, path, unsynced, cuts)
         if created:  # a log's first segment, or one a roll died before creating
             sync_new_file(fd)
             fs.fsync_dir(directory)
@@ -198,15 +199,17 @@ def open_newest_tail(
 
 
 def _check_newest_header(
-    fs: FileSystem, fd: int, path: str, cut_from: int | None, cuts: list[tuple[str, int, int]]
+    fs: FileSystem, fd: int, path: str, unsynced: int | None, cuts: list[tuple[str, int, int]]
 ) -> int:
     """The newest segment's size once its file header is whole: a header cut short by a
-    death during its creation (or, with ``cut_from`` 0, anything but a whole header after
-    a power loss: nothing of the file was ever synced) is written anew, and the file is
-    then empty; any other damage is refused."""
+    death during its creation (or, with ``unsynced`` 0, anything but a whole header: nothing
+    of the file is known to be on disk, a roll that a power loss cut short) is written anew,
+    and the file is then empty. Any other damage is refused with the readers' error: below
+    the durable point (``unsynced`` past the header: the sync point, or a clean close) a
+    header that is not a segment's is damage, never an unfinished roll."""
     size = os.fstat(fd).st_size
     header = read_all(fd, 0, min(size, HEADER_SIZE))
-    if header == SEGMENT_FILE_HEADER or not unsynced_header(header, 1 if cut_from else 0):
+    if header == SEGMENT_FILE_HEADER or not unsynced_header(header, unsynced):
         check_segment_header(path, header)
         return size
     if size > HEADER_SIZE and not only_zeros(read_all(fd, HEADER_SIZE, size - HEADER_SIZE)):

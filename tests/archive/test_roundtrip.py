@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 
 import pytest
@@ -24,10 +25,13 @@ from compactlog.archive import (
 from compactlog.archive import manifest as manifests
 from compactlog.archive.follow import Follower
 from compactlog.archive.prune import prune
-from compactlog.archive.push import Archiver
+from compactlog.archive.push import Archiver, push_once
 from compactlog.archive.restore import restore
+from compactlog.archive.run import run
 from compactlog.archive.verify import verify
+from compactlog.errors import CorruptLogError
 
+from ..helpers import batch_positions
 from .helpers import Model, new_log, records_of, segment_bytes_of, state_of
 
 
@@ -315,3 +319,20 @@ def test_restored_indexes_are_the_ones_recovery_builds(tmp_path, memory_url):
     compactlog.open(tmp_path / "r").close()  # recovery rebuilds them
     rebuilt = {p.name: p.read_bytes() for p in sorted((tmp_path / "r").glob("*.idx"))}
     assert {n: rebuilt[n] for n in written} == written
+
+
+def test_a_segment_cut_below_its_sync_point_is_refused_not_archived(tmp_path, memory_url):
+    source = tmp_path / "source"
+    with compactlog.open(source, segment_bytes=1 << 20) as log:  # (closed: durable whole)
+        for start in range(0, 100, 10):
+            log.append_batch([(b"k%d" % n, b"v" * 40) for n in range(start, start + 10)])
+    segment = source / "00000000000000000000.log"
+    cut = batch_positions(segment)[5][0]
+    os.truncate(segment, cut)
+    store = open_store(memory_url)
+    damage = f"{segment.name}: at byte {cut}: .* were made durable"
+    with pytest.raises(CorruptLogError, match=damage):
+        push_once(str(source), store)
+    stats = run(str(source), store, interval_s=0.01, retention_ms=None, max_rounds=1)
+    assert stats.failures == 1 and re.search(damage, stats.last_error), stats.last_error
+    assert manifests.latest(store) is None  # (nothing shortened was shipped)
