@@ -51,6 +51,9 @@ class _EndThenApply:
         return getattr(self._log, name)
 
 
+POLL_PATIENCE_S = 0.5  # how long a poll may take before it is taken to wait for the apply
+
+
 class SteppedFollower(Follower):
     """A follower that calls ``during()`` after each segment it writes or removes."""
 
@@ -124,18 +127,39 @@ class ReplicaMachine(RuleBasedStateMachine):
     def table_polls_at_every_step_of_an_apply(self):
         part = self.table._parts[0]
         remove = follow_module._remove
+        waiting: list[threading.Thread] = []  # polls that restore: they wait for the apply
+        failures: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                part.poll(0)
+            except BaseException as error:  # (raised here, after the apply)
+                failures.append(error)
+
+        def poll_now() -> None:
+            # a poll that must restore takes the follower's lock shared, which this thread
+            # holds exclusively while it applies: that poll finishes once the apply has
+            thread = threading.Thread(target=poll, daemon=True)
+            thread.start()
+            thread.join(POLL_PATIENCE_S)
+            if thread.is_alive():
+                waiting.append(thread)
 
         def removed(path: str) -> None:
             remove(path)
-            part.poll(0)
+            poll_now()
 
-        self.follower.during = lambda: part.poll(0)
+        self.follower.during = poll_now
         follow_module._remove = removed
         try:
             self.follower.step()
         finally:
             follow_module._remove = remove
             self.follower.during = None
+            for thread in waiting:
+                thread.join()
+        if failures:
+            raise failures[0]
 
     @invariant()
     def the_replica_holds_a_manifest_state(self):
