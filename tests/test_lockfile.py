@@ -107,3 +107,26 @@ def test_a_lock_file_unlinked_before_its_flock_is_opened_again(tmp_path, monkeyp
             lockfile.lock(path)
     finally:
         lockfile.release(fd)
+
+
+def test_a_file_system_that_refuses_record_locks_still_opens_for_writing(tmp_path, monkeypatch):
+    """``presence.mark_present`` on a file system without OFD locks: the writable open goes
+    on (readers there take the head as vouched for, or scan), it is no error."""
+    import fcntl
+
+    import compactlog
+    from compactlog.storage import presence
+
+    real = fcntl.fcntl
+
+    def refusing(fd, command, *args):
+        if command == presence._SETLK:
+            raise OSError(38, "Function not implemented")
+        return real(fd, command, *args)
+
+    monkeypatch.setattr(presence.fcntl, "fcntl", refusing)
+    with compactlog.open(tmp_path / "log") as log:
+        log.append(b"k", b"v")
+        log.flush()
+    with compactlog.open(tmp_path / "log", read_only=True) as view:
+        assert [r.value for r in view.read()] == [b"v"]
