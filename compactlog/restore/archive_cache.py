@@ -84,14 +84,14 @@ def evict(cache_root: str, *, keep: str, now: float | None = None) -> int:
         directories.extend(found[:KEEP_MANIFESTS])
         for _when, _archive, path in found[KEEP_MANIFESTS:]:
             _remove_if_idle(path, keep, now)
-    freed = _drop_unlinked(cache_root)
+    freed = _drop_unlinked(cache_root, now)
     total = _shared_bytes(cache_root)
     limit = cache_bytes()
     for _when, _archive, path in sorted(directories):  # least recently read first
         if total <= limit:
             break
         if _remove_if_idle(path, keep, now):
-            dropped = _drop_unlinked(cache_root)
+            dropped = _drop_unlinked(cache_root, now)
             freed += dropped
             total -= dropped
     return freed
@@ -104,8 +104,9 @@ def _remove_if_idle(path: str, keep: str, now: float) -> bool:
     return True
 
 
-def _drop_unlinked(cache_root: str) -> int:
-    """Remove every shared copy no manifest directory links to; the bytes freed."""
+def _drop_unlinked(cache_root: str, now: float) -> int:
+    """Remove every shared copy no manifest directory links to; the bytes freed. A copy
+    filled in the last ``GRACE_S`` stays: another process may be about to link it."""
     freed = 0
     for archive in _paths(cache_root):
         for name in _names(os.path.join(archive, SHARED)):
@@ -114,7 +115,8 @@ def _drop_unlinked(cache_root: str) -> int:
                 info = os.stat(path)
             except FileNotFoundError:
                 continue
-            if info.st_nlink <= 1 and not name.endswith(".part"):
+            fresh = now - info.st_mtime < GRACE_S
+            if info.st_nlink <= 1 and not fresh and not name.endswith(".part"):
                 os.unlink(path)
                 freed += info.st_size
     return freed

@@ -102,3 +102,20 @@ def test_the_byte_bound_evicts_least_recently_read_first_after_a_grace_period(
     directories, size = on_disk(cache_root)
     assert directories == 1  # only the manifest just read
     assert size == manifests.load(store, sequences[-1]).total_bytes
+
+
+def test_a_fresh_shared_copy_outlives_another_processs_eviction_until_it_is_linked(tmp_path):
+    """Between one process's fill of a shared copy and its link into a manifest's directory
+    the copy has one link; another process's eviction then must not take it (the link
+    failed and the read task with it)."""
+    root = tmp_path / "cache" / "archive-1"
+    shared = root / archive_cache.SHARED
+    shared.mkdir(parents=True)
+    copy = shared / archive_cache.shared_name(0, 3, 7)
+    copy.write_bytes(b"abc")  # filled, not linked yet
+    now = copy.stat().st_mtime
+    assert archive_cache.evict(str(tmp_path / "cache"), keep="", now=now + 1) == 0
+    assert copy.exists()
+    after = now + archive_cache.GRACE_S + 1  # never linked: the next eviction drops it
+    assert archive_cache.evict(str(tmp_path / "cache"), keep="", now=after) == 3
+    assert not copy.exists()
