@@ -102,3 +102,25 @@ def test_the_byte_bound_evicts_least_recently_read_first_after_a_grace_period(
     directories, size = on_disk(cache_root)
     assert directories == 1  # only the manifest just read
     assert size == manifests.load(store, sequences[-1]).total_bytes
+
+
+def test_a_fetch_that_fails_leaves_no_partial_copy_behind(tmp_path):
+    """Eviction never removes a ``.part`` (another task may be writing it), so a fill that
+    fails must remove its own: else its bytes count against the bound for good."""
+    store = tmp_path / "archive"
+
+    def failing_fill(part: str) -> None:
+        with open(part, "wb") as handle:
+            handle.write(b"half a segment")
+        raise OSError("the store went away")
+
+    (tmp_path / "7").mkdir()
+    with pytest.raises(OSError, match="went away"):
+        archive_cache.link_segment(
+            str(store),
+            str(tmp_path / "7"),
+            "0.log",
+            archive_cache.shared_name(0, 9, 1),
+            failing_fill,
+        )
+    assert os.listdir(store / archive_cache.SHARED) == []
