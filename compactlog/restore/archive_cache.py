@@ -19,6 +19,7 @@ about to open it (so the bound can be exceeded by the reads of the last ``GRACE_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -51,8 +52,13 @@ def link_segment(
     source = os.path.join(store, shared)
     if not os.path.exists(source):
         part = f"{source}.{os.getpid()}.part"
-        fill(part)
-        os.replace(part, source)
+        try:
+            fill(part)
+            os.replace(part, source)
+        except BaseException:  # (a failed fetch: eviction never drops a ``.part``)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
+            raise
     target = os.path.join(directory, name)
     if os.path.exists(target) and os.path.samefile(source, target):
         return

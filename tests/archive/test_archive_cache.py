@@ -119,3 +119,25 @@ def test_a_fresh_shared_copy_outlives_another_processs_eviction_until_it_is_link
     after = now + archive_cache.GRACE_S + 1  # never linked: the next eviction drops it
     assert archive_cache.evict(str(tmp_path / "cache"), keep="", now=after) == 3
     assert not copy.exists()
+
+
+def test_a_fetch_that_fails_leaves_no_partial_copy_behind(tmp_path):
+    """Eviction never removes a ``.part`` (another task may be writing it), so a fill that
+    fails must remove its own: else its bytes count against the bound for good."""
+    store = tmp_path / "archive"
+
+    def failing_fill(part: str) -> None:
+        with open(part, "wb") as handle:
+            handle.write(b"half a segment")
+        raise OSError("the store went away")
+
+    (tmp_path / "7").mkdir()
+    with pytest.raises(OSError, match="went away"):
+        archive_cache.link_segment(
+            str(store),
+            str(tmp_path / "7"),
+            "0.log",
+            archive_cache.shared_name(0, 9, 1),
+            failing_fill,
+        )
+    assert os.listdir(store / archive_cache.SHARED) == []
