@@ -440,34 +440,33 @@ def test_kill_9_mid_pass_loses_nothing_and_the_next_start_cleans_up(tmp_path):
     assert count < 6000 + appended_before_restart
 
 
-def test_once_configured_by_the_environment_runs_one_round_and_reports_bad_logs(tmp_path):
-    root = tmp_path / "root"
-    fill(root / "fine", 400)
+def once_from_environment(root: Path) -> subprocess.CompletedProcess[str]:
+    """One ``--once`` round configured by the environment alone, as a container runs it."""
     env = {
         **os.environ,
         "COMPACTLOG_CLEANER_ROOTS": str(root),
         "COMPACTLOG_CLEANER_METRICS_ENABLED": "false",
     }
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "compactlog.cleaner", "--once"],
         env=env,
         capture_output=True,
         text=True,
         timeout=WAIT,
     )
+
+
+def test_once_configured_by_the_environment_runs_one_round_and_reports_bad_logs(tmp_path):
+    root = tmp_path / "root"
+    fill(root / "fine", 400)
+    done = once_from_environment(root)
     assert done.returncode == 0, done.stderr  # a container's settings: no flags at all
     assert "Cleaner cleaned fine" in done.stderr
     assert state(root)["phase"] == "stopped"
     fill(root / "broken", 400)
     victim = segment_files(root / "broken")[1]
     flip_bit(victim, batch_positions(victim)[0][0] + 40)
-    done = subprocess.run(
-        [sys.executable, "-m", "compactlog.cleaner", "--once"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
+    done = once_from_environment(root)
     assert done.returncode == 1  # cron sees that a log needs attention
     assert "broken is uncleanable" in done.stderr and "compactlog repair" in done.stderr
 
@@ -477,18 +476,7 @@ def test_one_round_leaves_a_log_whose_keys_outgrow_the_map_clean_and_says_so(tmp
     service pass cleans it all, and its stats line gives the dirty ratio before and after."""
     root = tmp_path / "root"
     fill(root / "wide", 3000, keys=1000, cleaner_buffer_bytes=4096)
-    env = {
-        **os.environ,
-        "COMPACTLOG_CLEANER_ROOTS": str(root),
-        "COMPACTLOG_CLEANER_METRICS_ENABLED": "false",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "compactlog.cleaner", "--once"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
+    done = once_from_environment(root)
     assert done.returncode == 0, done.stderr
     assert "Dirty ratio 1.000 before, 0.000 after: the cleanable section is clean" in done.stderr
     latest, _count = latest_in(root / "wide")
