@@ -261,7 +261,11 @@ class ObjectStore:
         try:
             return operation()
         except FileNotFoundError:
-            raise ObjectMissingError("object not found in the archive", path=key) from None
+            raise ObjectMissingError(
+                f"{op}: object not found in the archive (NotFound); `compactlog archive "
+                f"verify {self.url}` says what its manifests name and what is missing",
+                path=f"{self.url.rstrip('/')}/{key}",
+            ) from None
         except (AlreadyExistsError, PreconditionError) as error:
             raise _Raised(error, StoreError(_first_line(error), path=key)) from None
         except Exception as error:
