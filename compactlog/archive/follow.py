@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ArchiveError, NoManifestError, ObjectMissingError, StoreError
 from ..storage.filenames import FileKind, parse_filename
+from ..storage.state_files import REPLICA_ADVICE, replica_of
 from . import local
 from . import manifest as manifests
 from .manifest import Manifest, ObjectRef, SegmentEntry
@@ -80,16 +81,19 @@ class Follower:
         )
 
     def _state(self) -> int | None:
-        try:
-            with open(os.path.join(self.target, STATE), "rb") as handle:
-                document = json.loads(handle.read())
-        except FileNotFoundError:
+        """The manifest the replica holds (``None``: not a replica yet); an unreadable state
+        file or another archive's replica is refused, naming what to do."""
+        document = replica_of(self.target)
+        if document is None:
             return None
-        if document.get("url") != self.store.url:
+        sequence = document.get("sequence")
+        if document.get("url") is None or not isinstance(sequence, int):
+            raise ArchiveError(f"{STATE} is damaged; {REPLICA_ADVICE}", path=self.target)
+        if document["url"] != self.store.url:
             raise ArchiveError(
-                f"is a replica of another archive ({document.get('url')})", path=self.target
+                f"is a replica of another archive ({document['url']})", path=self.target
             )
-        return int(document["sequence"])
+        return sequence
 
     def step(self) -> FollowStatus:
         """Bring the replica to the newest manifest (a restore the first time)."""

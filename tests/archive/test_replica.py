@@ -270,3 +270,18 @@ def test_a_table_restored_while_the_follower_applies_is_exact(monkeypatch):
         applying.join()
     finally:
         machine._close()
+
+
+def test_a_follower_over_a_damaged_replica_state_says_what_to_do(tmp_path):
+    """``.archive-follow.json`` unreadable: the follower refuses naming the file and the way
+    out (follow again into a new directory), instead of a bare ``ValueError``."""
+    url = f"file://{tmp_path}/archive"
+    log = new_log(tmp_path / "source", segment_bytes=2048)
+    Model().append(log, random.Random(5), 50)
+    log.close()
+    run("archive", "push", tmp_path / "source", url)
+    run("archive", "follow", url, tmp_path / "replica", "--once")
+    (tmp_path / "replica" / ".archive-follow.json").write_bytes(b'{"url": "file://')
+    refused = run("archive", "follow", url, tmp_path / "replica", "--once", check=1)
+    assert ".archive-follow.json is damaged" in refused.stderr
+    assert "follow again" in refused.stderr and "Traceback" not in refused.stderr
